@@ -1,0 +1,45 @@
+# Shiftlog: `make run` sets everything up and starts the embedded product; `make test` runs
+# every test. Both create the virtualenv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+
+.PHONY: run test setup lint format bench clean system-deps
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# bubblewrap gives bash tools a sandbox without network; without it they still run, as plain
+# subprocesses, and each run records which isolation it had.
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) \
+	  || echo "note: bubblewrap (bwrap) is not installed; bash tools run without a network sandbox"; }
+
+run: setup system-deps
+	$(PY) manage.py migrate --noinput -v0
+	$(PY) manage.py bootstrap
+	$(PY) manage.py serve --port $(PORT)
+
+test: setup system-deps
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) bench/step_overhead.py
+
+clean:
+	rm -rf var

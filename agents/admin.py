@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from agents import services
+from agents.eventlog import describe
+from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session
+
+
+class SessionInline(admin.TabularInline):
+    model = Session
+    extra = 0
+    can_delete = False
+    fields = ("index", "status", "end_reason", "turns", "input_tokens", "output_tokens", "cost_usd")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+def _act(action, verb):
+    def run_action(modeladmin, request, queryset):
+        actor = services.actor_for(request.user)
+        for run in queryset:
+            try:
+                action(run.pk, actor=actor)
+            except services.RunError as e:
+                modeladmin.message_user(request, str(e), messages.WARNING)
+            else:
+                modeladmin.message_user(request, f"run {run.pk} {verb}")
+
+    run_action.__name__ = f"{verb}_runs"
+    run_action.short_description = f"{verb.capitalize()} selected runs"
+    run_action.allowed_permissions = ("control",)
+    return run_action
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "short_goal",
+        "status",
+        "provider",
+        "model",
+        "turns",
+        "cost_usd",
+        "created_at",
+    )
+    list_filter = ("status", "provider")
+    search_fields = ("goal",)
+    readonly_fields = (
+        "status",
+        "status_reason",
+        "created_by",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "isolation",
+        "turns",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "cost_usd",
+        "active_seconds",
+        "last_seq",
+        "lease_owner",
+        "lease_expires_at",
+        "enqueued_at",
+        "head_checkpoint",
+        "forked_from",
+        "budget_warnings",
+    )
+    inlines = [SessionInline]
+    actions = [
+        _act(services.pause_run, "paused"),
+        _act(services.resume_run, "resumed"),
+        _act(services.cancel_run, "cancelled"),
+    ]
+
+    @admin.display(description="goal")
+    def short_goal(self, run):
+        return run.goal[:80]
+
+    def has_control_permission(self, request):
+        return request.user.has_perm("agents.control_run")
+
+    def has_add_permission(self, request):
+        # Runs are created through services (CLI, dashboard) so their workspace and first
+        # event exist; a bare row would be a run that can never start.
+        return False
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = ("run", "seq", "kind", "actor", "summary", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("run__id",)
+    list_select_related = ("run",)
+    ordering = ("-run", "-seq")
+
+    @admin.display(description="summary")
+    def summary(self, event):
+        return format_html("{}", describe(event.kind, event.payload))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Session)
+class SessionAdmin(ReadOnlyAdmin):
+    list_display = ("run", "index", "status", "end_reason", "turns", "cost_usd", "started_at")
+    list_filter = ("status", "end_reason")
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ("id", "run", "seq", "kind", "label", "created_at")
+
+
+@admin.register(Artifact)
+class ArtifactAdmin(ReadOnlyAdmin):
+    list_display = ("id", "run", "name", "kind", "size", "mime_type", "created_at")
+    list_filter = ("kind",)
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ("id", "run", "tool_name", "status", "decided_by", "created_at")
+    list_filter = ("status",)

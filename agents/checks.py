@@ -1,0 +1,72 @@
+"""Done-conditions: shell checks the harness runs itself, never taking the model's word."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agents import sandbox
+from agents.models import Event, EventKind
+
+
+def run_checks(
+    commands: list[str],
+    workspace: sandbox.Workspace,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    timeout: float = 600.0,
+    output_limit: int = 30_000,
+) -> list[dict[str, Any]]:
+    results = []
+    for command in commands:
+        r = sandbox.run_command(
+            command,
+            workspace=workspace,
+            timeout=timeout,
+            output_limit=output_limit,
+            should_stop=should_stop,
+        )
+        results.append(
+            {
+                "command": command,
+                "exit_code": r.exit_code,
+                "passed": r.exit_code == 0 and not r.timed_out and not r.cancelled,
+                "timed_out": r.timed_out,
+                "cancelled": r.cancelled,
+                "output": r.output,
+                "duration_ms": round(r.duration_ms, 1),
+                "isolation": r.isolation,
+            }
+        )
+        if r.cancelled:
+            break
+    return results
+
+
+def summary(results: list[dict[str, Any]]) -> str:
+    if not results:
+        return "This run has no done-conditions, so the harness cannot confirm it is done."
+    passed = sum(r["passed"] for r in results)
+    lines = [f"The harness ran the done-conditions: {passed} of {len(results)} passed."]
+    for r in results:
+        if r["passed"]:
+            lines.append(f"- PASSED `{r['command']}`")
+            continue
+        state = "timed out" if r["timed_out"] else f"exit code {r['exit_code']}"
+        lines.append(f"- FAILED `{r['command']}` ({state}):\n{r['output'][-4000:]}")
+    if passed < len(results):
+        lines.append("The run is not done. Fix what fails, then call finish again.")
+    return "\n".join(lines)
+
+
+def latest_results(run_id: int) -> list[dict[str, Any]]:
+    """The most recent result of each check, in the order the checks were last run."""
+    latest: dict[str, dict[str, Any]] = {}
+    payloads = (
+        Event.objects.filter(run_id=run_id, kind=EventKind.CHECK_RESULT)
+        .order_by("-seq")
+        .values_list("payload", flat=True)[:50]
+    )
+    for payload in reversed(list(payloads)):
+        latest[payload["command"]] = payload
+    return list(latest.values())

@@ -1,0 +1,189 @@
+"""The append-only event log: the only way events are written.
+
+Sequence numbers come from the run row's `last_seq` counter, bumped by one UPDATE ... RETURNING
+inside the appending transaction. The row lock that UPDATE takes (PostgreSQL) or the write lock
+of an IMMEDIATE transaction (SQLite) serialises appenders of one run, so `seq` is gap-free and
+unique even with several processes appending at once; the unique (run, seq) constraint backs it.
+The same statement checks the caller's lease and extends it, so a worker that lost its claim on
+a run cannot write another event for it, and renewing the lease costs nothing extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents.models import Event, Run
+
+
+class LeaseLost(Exception):
+    """The worker no longer holds the run's lease; it must stop driving the run."""
+
+
+@dataclass
+class NewEvent:
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    session_id: int | None = None
+    actor: str = "harness"
+
+
+@dataclass
+class Appended:
+    events: list[Event]
+    status: str  # the run's status as of this append: workers read it to see pause/cancel
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "[redacted]")
+        return value
+    if isinstance(value, dict):
+        return {k: _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    return value
+
+
+def _secret_values() -> list[str]:
+    # Secrets never reach the log, even when a tool prints one it somehow got hold of.
+    candidates = [settings.SHIFTLOG.get("ANTHROPIC_API_KEY"), settings.SECRET_KEY]
+    return [s for s in candidates if s and len(s) >= 8]
+
+
+# Run counters a caller may add to in the same statement (the runtime adds a turn's usage).
+COUNTERS = frozenset(
+    {
+        "turns",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "cost_usd",
+    }
+)
+
+
+def append_many(
+    run_id: int,
+    new: list[NewEvent],
+    *,
+    lease_owner: str | None = None,
+    increments: dict[str, Any] | None = None,
+) -> Appended:
+    """Append events to a run's log in one transaction, in order."""
+    if not new:
+        raise ValueError("append_many needs at least one event")
+    table = Run._meta.db_table
+    now = timezone.now()
+    sql = f"UPDATE {table} SET last_seq = last_seq + %s"
+    params: list[Any] = [len(new)]
+    for name, value in (increments or {}).items():
+        if name not in COUNTERS:
+            raise ValueError(f"not a run counter: {name}")
+        sql += f", {name} = {name} + %s"
+        params.append(value)
+    if lease_owner is not None:
+        sql += ", lease_expires_at = %s"
+        params.append(now + timedelta(seconds=settings.SHIFTLOG["LEASE_SECONDS"]))
+    sql += " WHERE id = %s"
+    params.append(run_id)
+    if lease_owner is not None:
+        sql += " AND lease_owner = %s"
+        params.append(lease_owner)
+    sql += " RETURNING last_seq, status"
+
+    secrets = _secret_values()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            if lease_owner is not None and Run.objects.filter(pk=run_id).exists():
+                raise LeaseLost(f"run {run_id}: lease no longer held by {lease_owner}")
+            raise Run.DoesNotExist(f"run {run_id} does not exist")
+        last_seq, status = row
+        first = last_seq - len(new) + 1
+        events = [
+            Event(
+                run_id=run_id,
+                seq=first + i,
+                session_id=item.session_id,
+                kind=item.kind,
+                actor=item.actor,
+                payload=_redact(item.payload, secrets) if secrets else item.payload,
+                created_at=now,
+            )
+            for i, item in enumerate(new)
+        ]
+        Event.objects.bulk_create(events)
+    return Appended(events=events, status=status)
+
+
+def append(
+    run_id: int,
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    session_id: int | None = None,
+    actor: str = "harness",
+    lease_owner: str | None = None,
+) -> Event:
+    appended = append_many(
+        run_id,
+        [NewEvent(kind=kind, payload=payload or {}, session_id=session_id, actor=actor)],
+        lease_owner=lease_owner,
+    )
+    return appended.events[0]
+
+
+def _short(text: Any, limit: int = 100) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(kind: str, payload: dict[str, Any]) -> str:
+    """A one-line summary of an event, for the CLI and the admin."""
+    p = payload
+    if kind == "run.created":
+        return f"goal: {_short(p.get('goal'))}"
+    if kind == "run.status":
+        reason = f" ({_short(p['reason'])})" if p.get("reason") else ""
+        return f"{p.get('from')} → {p.get('to')}{reason}"
+    if kind == "session.started":
+        return f"session {p.get('index')} started"
+    if kind == "session.ended":
+        return f"session {p.get('index')} ended: {p.get('reason')}"
+    if kind == "model.turn":
+        usage = p.get("usage", {})
+        tools = [b.get("name") for b in p.get("content", []) if b.get("type") == "tool_use"]
+        calls = f" → {', '.join(tools)}" if tools else ""
+        return (
+            f"{_short(p.get('text') or '(no text)', 80)}{calls} "
+            f"[{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out]"
+        )
+    if kind == "tool.call":
+        args = p.get("input") or {}
+        main = args.get("command") or args.get("path") or args.get("summary") or ""
+        return f"{p.get('name')} {_short(main, 80)}".rstrip()
+    if kind == "tool.result":
+        mark = "error" if p.get("is_error") else "ok"
+        return f"{p.get('name')} {mark}: {_short(p.get('output', ''), 80)}"
+    if kind == "check.result":
+        state = "passed" if p.get("passed") else f"failed (exit {p.get('exit_code')})"
+        return f"`{p.get('command')}` {state}"
+    if kind in {"human.note", "harness.message"}:
+        return _short(p.get("text", ""))
+    if kind in {"budget.warning"}:
+        return f"{p.get('budget')}: {p.get('used')} of {p.get('limit')}"
+    if kind in {"budget.exceeded", "error"}:
+        return _short(p.get("reason") or p.get("message", ""))
+    if kind == "artifact.saved":
+        return f"{p.get('name')} ({p.get('kind')}, {p.get('size')} bytes)"
+    return _short(p)

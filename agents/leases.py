@@ -1,0 +1,50 @@
+"""A worker's claim on a run: conditional UPDATEs on the run row, checked by row count.
+
+Only one worker holds a run at a time. The claim expires unless renewed; every event a worker
+appends renews it (see eventlog.append_many), and long tool calls renew it as a heartbeat.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from agents.models import DRIVABLE_STATUSES, Run
+
+
+def worker_id() -> str:
+    return f"worker:{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _expiry():
+    return timezone.now() + timedelta(seconds=settings.SHIFTLOG["LEASE_SECONDS"])
+
+
+def claim(run_id: int, owner: str) -> bool:
+    now = timezone.now()
+    claimed = (
+        Run.objects.filter(pk=run_id, status__in=DRIVABLE_STATUSES)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(lease_owner=owner, lease_expires_at=_expiry())
+    )
+    return claimed == 1
+
+
+def renew(run_id: int, owner: str) -> str | None:
+    """Extend the lease; returns the run's status, or None when the lease is lost."""
+    if not Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=_expiry()):
+        return None
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def release(run_id: int, owner: str) -> bool:
+    released = Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_owner="", lease_expires_at=None
+    )
+    return released == 1

@@ -1,0 +1,81 @@
+"""Run status transitions: the one place that changes Run.status.
+
+Every transition is checked against the table below inside a transaction that holds the run's
+write lock, recorded as a run.status event naming who or what caused it, and an illegal one
+raises instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents import eventlog
+from agents.models import EventKind, Run, RunStatus
+
+S = RunStatus
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.QUEUED: frozenset({S.RUNNING, S.PAUSED, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.AWAITING_APPROVAL, S.PAUSED, S.VERIFYING, S.CANCELLED, S.FAILED}),
+    S.AWAITING_APPROVAL: frozenset({S.QUEUED, S.PAUSED, S.CANCELLED, S.FAILED}),
+    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.VERIFYING: frozenset({S.SUCCEEDED, S.RUNNING, S.PAUSED, S.CANCELLED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+TERMINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
+
+
+class IllegalTransition(Exception):
+    def __init__(self, run_id: int, current: str, target: str, hint: str = ""):
+        self.run_id, self.current, self.target = run_id, current, target
+        message = f"run {run_id} is {current}; it cannot become {target}"
+        super().__init__(f"{message}: {hint}" if hint else message)
+
+
+def can_transition(current: str, target: str) -> bool:
+    return target in TRANSITIONS.get(current, frozenset())
+
+
+def transition(
+    run_id: int,
+    target: str,
+    *,
+    actor: str,
+    reason: str = "",
+    expect: set[str] | frozenset[str] | None = None,
+    session_id: int | None = None,
+    lease_owner: str | None = None,
+) -> Run:
+    """Move a run to `target`, or raise IllegalTransition.
+
+    `expect` narrows the states the caller is prepared to move from (a worker finishing
+    verification expects `verifying`; if a person cancelled meanwhile, that must win).
+    """
+    with transaction.atomic():
+        # select_for_update locks the row on PostgreSQL; on SQLite the IMMEDIATE transaction
+        # already holds the database's write lock.
+        run = Run.objects.select_for_update().get(pk=run_id)
+        current = run.status
+        if (expect is not None and current not in expect) or not can_transition(current, target):
+            raise IllegalTransition(run_id, current, target)
+        now = timezone.now()
+        fields = {"status": target, "status_reason": reason, "updated_at": now}
+        if target == S.RUNNING and run.started_at is None:
+            fields["started_at"] = now
+        if target in TERMINAL:
+            fields["finished_at"] = now
+        # The event first: its append checks the worker's lease, which a terminal state clears.
+        eventlog.append(
+            run_id,
+            EventKind.RUN_STATUS,
+            {"from": current, "to": target, "reason": reason},
+            actor=actor,
+            session_id=session_id,
+            lease_owner=lease_owner,
+        )
+        Run.objects.filter(pk=run_id).update(**fields)
+        for name, value in fields.items():
+            setattr(run, name, value)
+    return run

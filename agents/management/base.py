@@ -1,0 +1,47 @@
+"""Shared pieces of the CLI: run lookup, clear errors (exit 2), acting users."""
+
+from __future__ import annotations
+
+import getpass
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from agents.models import Run
+from agents.services import RunError
+
+
+def fail(message: str) -> CommandError:
+    return CommandError(message, returncode=2)
+
+
+def get_run(run_id: int) -> Run:
+    try:
+        return Run.objects.get(pk=run_id)
+    except Run.DoesNotExist:
+        raise fail(f"no run with id {run_id}") from None
+
+
+def acting(username: str | None) -> tuple[object | None, str]:
+    """(user, actor) for --user NAME; without it, the shell user is named in the log."""
+    if not username:
+        return None, f"cli:{getpass.getuser()}"
+    try:
+        user = get_user_model().objects.get(username=username)
+    except get_user_model().DoesNotExist:
+        raise fail(f"no user named {username!r}") from None
+    return user, f"user:{user.get_username()}"
+
+
+class RunCommand(BaseCommand):
+    """A command acting on one run: `ID [--user NAME]`; RunError becomes a clean exit 2."""
+
+    def add_arguments(self, parser):
+        parser.add_argument("run_id", type=int, metavar="ID")
+        parser.add_argument("--user", help="act as this user (recorded in the log)")
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except RunError as e:
+            raise fail(str(e)) from None

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.core.management.base import BaseCommand
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from agents.models import Run
+from agents.services import create_demo_run
+
+
+def login_link(user) -> str:
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return settings.SHIFTLOG_BASE_URL + reverse("login-link", args=[uid, token])
+
+
+class Command(BaseCommand):
+    help = "First-run set-up: an admin account (no password) with a one-time login link, and the demo run."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-demo", action="store_true")
+
+    def handle(self, *args, **o):
+        User = get_user_model()
+        admin = User.objects.filter(is_superuser=True).order_by("pk").first()
+        if admin is None:
+            admin = User.objects.create_user("admin", is_staff=True, is_superuser=True)
+            admin.set_unusable_password()
+            admin.save()
+            self.stdout.write(
+                "Created the admin account 'admin' (no password; use the link below)."
+            )
+        self.stdout.write(f"One-time login link for {admin.get_username()}: {login_link(admin)}")
+        if not o["no_demo"] and not Run.objects.exists():
+            run = create_demo_run(created_by=admin)
+            self.stdout.write(
+                f"Created the demo run {run.pk} (scripted, offline). Watch it with:\n"
+                f"  .venv/bin/python manage.py tail_run {run.pk} --follow"
+            )

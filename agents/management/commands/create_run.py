@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from agents.management.base import acting, fail
+from agents.providers.scripted import ScriptError, load_script
+from agents.services import Budgets, RunError, create_run
+
+
+class Command(BaseCommand):
+    help = "Create a run and queue it. Prints the new run's id (a JSON object with --json)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--goal", required=True, help="what the agent should achieve")
+        parser.add_argument(
+            "--check",
+            action="append",
+            dest="checks",
+            default=[],
+            metavar="CMD",
+            help="a done-condition: a shell command that exits 0 when the goal is met (repeatable)",
+        )
+        parser.add_argument("--provider", choices=["scripted", "anthropic"], default="scripted")
+        parser.add_argument(
+            "--script", metavar="FILE", help="script for the scripted provider (JSON)"
+        )
+        parser.add_argument("--model", help="model name (anthropic: default claude-sonnet-4-5)")
+        parser.add_argument("--max-sessions", type=int)
+        parser.add_argument("--max-cost", metavar="USD")
+        parser.add_argument("--max-tokens", type=int)
+        parser.add_argument("--max-wall-seconds", type=int)
+        parser.add_argument("--max-turns-per-session", type=int)
+        parser.add_argument(
+            "--workspace-from", metavar="DIR", help="copy this folder into the workspace"
+        )
+        parser.add_argument("--user", help="the run's owner (recorded in the log)")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        user, _ = acting(o["user"])
+        script = None
+        if o["script"]:
+            if o["provider"] != "scripted":
+                raise fail("--script is only for --provider scripted")
+            try:
+                script = load_script(o["script"])
+            except ScriptError as e:
+                raise fail(str(e)) from None
+        if not o["checks"]:
+            raise fail(
+                "give at least one --check CMD: the harness runs it to decide when the run is done"
+            )
+        try:
+            run = create_run(
+                goal=o["goal"],
+                checks=o["checks"],
+                provider=o["provider"],
+                script=script,
+                script_name=o["script"] or "",
+                model=o["model"],
+                budgets=Budgets(
+                    max_sessions=o["max_sessions"],
+                    max_tokens=o["max_tokens"],
+                    max_cost_usd=o["max_cost"],
+                    max_wall_seconds=o["max_wall_seconds"],
+                ),
+                max_turns_per_session=o["max_turns_per_session"],
+                workspace_from=o["workspace_from"],
+                created_by=user,
+            )
+        except RunError as e:
+            raise fail(str(e)) from None
+        if o["json"]:
+            self.stdout.write(
+                json.dumps(
+                    {"id": run.pk, "status": run.status, "workspace": str(run.workspace_path)}
+                )
+            )
+        else:
+            self.stdout.write(str(run.pk))

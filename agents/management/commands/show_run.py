@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import json
+
+from agents.management.base import RunCommand, get_run
+from agents.models import ApprovalStatus
+
+
+def run_summary(run) -> dict:
+    sessions = [
+        {
+            "index": s.index,
+            "status": s.status,
+            "end_reason": s.end_reason,
+            "turns": s.turns,
+            "input_tokens": s.input_tokens,
+            "output_tokens": s.output_tokens,
+            "cost_usd": str(s.cost_usd),
+            "handoff": s.handoff,
+        }
+        for s in run.sessions.order_by("index")
+    ]
+    return {
+        "id": run.pk,
+        "goal": run.goal,
+        "status": run.status,
+        "reason": run.status_reason,
+        "provider": run.provider,
+        "offline": run.is_offline,
+        "model": run.model,
+        "checks": run.checks,
+        "isolation": run.isolation,
+        "workspace": str(run.workspace_path),
+        "created_at": run.created_at.isoformat(),
+        "usage": {
+            "turns": run.turns,
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "cache_read_tokens": run.cache_read_tokens,
+            "cache_write_tokens": run.cache_write_tokens,
+            "total_tokens": run.total_tokens,
+            "cost_usd": str(run.cost_usd),
+            "active_seconds": round(run.active_seconds, 1),
+        },
+        "budgets": {
+            "max_sessions": run.max_sessions,
+            "max_tokens": run.max_tokens,
+            "max_cost_usd": str(run.max_cost_usd) if run.max_cost_usd is not None else None,
+            "max_wall_seconds": run.max_wall_seconds,
+            "max_turns_per_session": run.max_turns_per_session,
+        },
+        "sessions": sessions,
+        "checkpoints": [
+            {"id": c.pk, "seq": c.seq, "kind": c.kind, "label": c.label}
+            for c in run.checkpoints.order_by("seq")
+        ],
+        "pending_approvals": [
+            {"id": a.pk, "tool": a.tool_name, "input": a.tool_input}
+            for a in run.approvals.filter(status=ApprovalStatus.PENDING)
+        ],
+        "events": run.last_seq,
+    }
+
+
+class Command(RunCommand):
+    help = "Show a run: status, reason, sessions, usage, cost, checkpoints, pending approvals."
+
+    def add_arguments(self, parser):
+        parser.add_argument("run_id", type=int, metavar="ID")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        data = run_summary(get_run(o["run_id"]))
+        if o["json"]:
+            self.stdout.write(json.dumps(data, indent=2))
+            return
+        w = self.stdout.write
+        w(
+            f"Run {data['id']}: {data['status']}"
+            + (f" — {data['reason']}" if data["reason"] else "")
+        )
+        w(f"  goal:      {data['goal']}")
+        label = " (offline)" if data["offline"] else ""
+        w(
+            f"  provider:  {data['provider']}{label}, model {data['model']}, isolation {data['isolation'] or '-'}"
+        )
+        w(f"  checks:    {'; '.join(data['checks'])}")
+        u = data["usage"]
+        w(
+            f"  usage:     {u['turns']} turns, {u['total_tokens']} tokens "
+            f"({u['input_tokens']} in, {u['output_tokens']} out), ${u['cost_usd']}, {u['active_seconds']} s"
+        )
+        w(f"  workspace: {data['workspace']}")
+        w(f"  events:    {data['events']}")
+        for s in data["sessions"]:
+            end = f", ended: {s['end_reason']}" if s["end_reason"] else ""
+            w(f"  session {s['index']}: {s['status']}{end}, {s['turns']} turns")
+            if s["handoff"]:
+                w(f"    handoff: {s['handoff'].get('summary', '')}")
+        for c in data["checkpoints"]:
+            w(f"  checkpoint {c['id']} at #{c['seq']} ({c['kind']}) {c['label']}")
+        for a in data["pending_approvals"]:
+            w(f"  approval {a['id']} waiting: {a['tool']} {json.dumps(a['input'])[:100]}")

@@ -1,0 +1,359 @@
+"""The domain: runs, their sessions, the append-only event log, checkpoints, artifacts, approvals.
+
+All state of a run lives here, outside the model and outside any worker's memory, so any worker
+can pick up any run and a crashed one loses nothing that was committed.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+    PAUSED = "paused"
+    VERIFYING = "verifying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+LIVE_STATUSES = frozenset(
+    {
+        RunStatus.QUEUED,
+        RunStatus.RUNNING,
+        RunStatus.AWAITING_APPROVAL,
+        RunStatus.PAUSED,
+        RunStatus.VERIFYING,
+    }
+)
+# States a worker may drive; the others wait for a person or are over.
+DRIVABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+
+
+class Provider(models.TextChoices):
+    SCRIPTED = "scripted", "scripted (offline)"
+    ANTHROPIC = "anthropic", "Anthropic"
+
+
+class RunQuerySet(models.QuerySet):
+    def live(self) -> RunQuerySet:
+        return self.filter(status__in=LIVE_STATUSES)
+
+    def for_list(self) -> RunQuerySet:
+        return self.select_related("created_by").order_by("-created_at")
+
+
+class Run(models.Model):
+    goal = models.TextField()
+    # Done-conditions, fixed before the run starts: shell commands run by the harness.
+    checks = models.JSONField(default=list)
+    rubric = models.TextField(blank=True)
+    provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SCRIPTED)
+    model = models.CharField(max_length=100)
+    # The scripted provider's script, copied in at creation so the run can always be replayed.
+    script = models.JSONField(null=True, blank=True)
+    script_name = models.CharField(max_length=200, blank=True)
+
+    # Budgets (null = no limit).
+    max_sessions = models.PositiveIntegerField(null=True, blank=True, default=10)
+    max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    max_cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    max_wall_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Session (context window) limits.
+    max_turns_per_session = models.PositiveIntegerField(default=40)
+    max_input_tokens_per_session = models.PositiveIntegerField(default=150_000)
+
+    tool_policy = models.JSONField(default=list, blank=True)
+
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    status_reason = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    isolation = models.CharField(max_length=20, blank=True)
+
+    head_checkpoint = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    forked_from = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+
+    # Usage, summed over all sessions (each model.turn adds to it in the same transaction).
+    turns = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    # Time spent inside worker slices; waiting for a person does not count.
+    active_seconds = models.FloatField(default=0.0)
+    budget_warnings = models.JSONField(default=list, blank=True)
+
+    # Execution bookkeeping. last_seq is the event log's sequence counter; the lease is a
+    # worker's claim on the run, taken and renewed with conditional UPDATEs.
+    last_seq = models.PositiveBigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "lease_expires_at"])]
+        permissions = [("control_run", "Can pause, resume, cancel and steer runs")]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk}: {self.goal[:60]}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("admin:agents_run_change", args=[self.pk])
+
+    @property
+    def workspace_path(self) -> Path:
+        return Path(settings.SHIFTLOG["WORKSPACE_ROOT"]) / f"run-{self.pk}"
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+    @property
+    def is_offline(self) -> bool:
+        return self.provider == Provider.SCRIPTED
+
+
+class SessionStatus(models.TextChoices):
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    ENDED = "ended"
+
+
+class EndReason(models.TextChoices):
+    HANDOFF = "handoff"
+    FINISHED = "finished"
+    VERIFICATION_FAILED = "verification_failed", "verification failed"
+    BUDGET = "budget"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    CRASHED_RECOVERED = "crashed_recovered", "crashed, recovered"
+    REWOUND = "rewound"
+
+
+class Session(models.Model):
+    """One context window of a run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="sessions")
+    index = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=20, choices=SessionStatus.choices, default=SessionStatus.ACTIVE
+    )
+    end_reason = models.CharField(max_length=30, choices=EndReason.choices, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    first_seq = models.PositiveBigIntegerField(default=0)
+
+    turns = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    # Input tokens of the latest request: how full the context window is now.
+    last_input_tokens = models.PositiveBigIntegerField(default=0)
+    handoff = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="session_index_unique_per_run")
+        ]
+        ordering = ["run", "index"]
+
+    def __str__(self) -> str:
+        return f"Run {self.run_id} session {self.index}"
+
+
+class EventKind(models.TextChoices):
+    RUN_CREATED = "run.created"
+    RUN_STATUS = "run.status"
+    RUN_UPDATED = "run.updated"
+    SESSION_STARTED = "session.started"
+    SESSION_ENDED = "session.ended"
+    MODEL_TURN = "model.turn"
+    TOOL_CALL = "tool.call"
+    TOOL_RESULT = "tool.result"
+    HARNESS_MESSAGE = "harness.message"
+    CHECK_RESULT = "check.result"
+    BUDGET_WARNING = "budget.warning"
+    BUDGET_EXCEEDED = "budget.exceeded"
+    HUMAN_NOTE = "human.note"
+    ARTIFACT_SAVED = "artifact.saved"
+    CHECKPOINT_CREATED = "checkpoint.created"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_DECIDED = "approval.decided"
+    ERROR = "error"
+
+
+class ImmutableEvent(Exception):
+    pass
+
+
+class EventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise ImmutableEvent("events are append-only: they cannot be updated")
+
+    def delete(self):
+        raise ImmutableEvent("events are append-only: they cannot be deleted")
+
+    def for_run(self, run_id: int, *, after: int = 0) -> EventQuerySet:
+        return self.filter(run_id=run_id, seq__gt=after).order_by("seq")
+
+
+class Event(models.Model):
+    """One entry of a run's append-only log. Write through agents.eventlog.append only."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    session = models.ForeignKey(
+        Session, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    kind = models.CharField(max_length=40, choices=EventKind.choices)
+    # Who or what caused it: "user:alice", "worker:host:pid:thread", "harness", "agent".
+    actor = models.CharField(max_length=200, default="harness")
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique_per_run")
+        ]
+        indexes = [
+            models.Index(fields=["created_at"]),
+            models.Index(fields=["run", "kind", "seq"]),
+        ]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise ImmutableEvent("events are append-only: they cannot be updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ImmutableEvent("events are append-only: they cannot be deleted")
+
+
+class CheckpointKind(models.TextChoices):
+    SESSION_END = "session_end", "session end"
+    MANUAL = "manual"
+    PRE_APPROVAL = "pre_approval", "before approval"
+    PERIODIC = "periodic"
+    RUN_START = "run_start", "run start"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
+    seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=20, choices=CheckpointKind.choices)
+    label = models.CharField(max_length=200, blank=True)
+    # path -> {"blob": sha256, "mode": int, "size": int} (links and folders have their own type)
+    manifest = models.JSONField(default=dict)
+    handoff = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(default=dict)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "seq", "pk"]
+
+    def __str__(self) -> str:
+        return f"Checkpoint {self.pk} of run {self.run_id} at #{self.seq}"
+
+
+class ArtifactKind(models.TextChoices):
+    FILE = "file"
+    HANDOFF = "handoff"
+    REPORT = "report"
+    DIFF = "diff"
+
+
+class Artifact(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
+    seq = models.PositiveBigIntegerField(default=0)
+    name = models.CharField(max_length=300)
+    kind = models.CharField(max_length=20, choices=ArtifactKind.choices)
+    blob_hash = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField()
+    mime_type = models.CharField(max_length=100, default="application/octet-stream")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "seq", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+class Approval(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
+    seq = models.PositiveBigIntegerField(default=0)
+    tool_use_id = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=100)
+    tool_input = models.JSONField(default=dict)
+    status = models.CharField(
+        max_length=20, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    edited_input = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        permissions = [("decide_approval", "Can approve or deny tool calls")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "tool_use_id"], name="approval_unique_per_tool_call"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Approval {self.pk} ({self.tool_name}, {self.status})"

@@ -1,0 +1,24 @@
+"""Model providers: `scripted` (offline, the default) and `anthropic` (the real Messages API)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from agents.providers.base import Provider
+
+
+def for_run(run) -> Provider:
+    if run.provider == "scripted":
+        from agents.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider(run.script)
+    if run.provider == "anthropic":
+        from agents.providers.anthropic import AnthropicProvider
+
+        config = settings.SHIFTLOG
+        return AnthropicProvider(
+            api_key=config["ANTHROPIC_API_KEY"],
+            base_url=config["ANTHROPIC_BASE_URL"],
+            max_retries=config["ANTHROPIC_MAX_RETRIES"],
+        )
+    raise ValueError(f"unknown provider {run.provider!r}")

@@ -1,0 +1,706 @@
+"""The brain: drives one slice of a run, step by step, with everything in the event log.
+
+A slice claims the run's lease, rebuilds the current session's conversation from the log, closes
+any tool call a dead worker left open, and then repeats: ask the provider for a turn, record it,
+run its tools through the sandbox, record their results. It returns when the session ends, the run
+suspends (pause, budget, approval), the slice's time is up, the worker is shutting down, or the
+lease is lost. Nothing it needs lives only in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents import checks, eventlog, lifecycle, providers, queue, sandbox
+from agents.blobstore import BlobStore
+from agents.eventlog import LeaseLost, NewEvent
+from agents.lifecycle import IllegalTransition
+from agents.models import (
+    Artifact,
+    ArtifactKind,
+    EndReason,
+    Event,
+    EventKind,
+    Run,
+    RunStatus,
+    Session,
+    SessionStatus,
+)
+from agents.providers.base import ProviderError, Turn, TurnRequest
+from agents.providers.pricing import cost_usd
+from agents.runtime import prompts
+from agents.runtime.conversation import INTERRUPTED, Conversation
+
+log = logging.getLogger(__name__)
+
+# Set when the worker process is asked to stop gracefully: the current step finishes, the run
+# is handed back to the queue, and nothing is left half-done.
+shutdown_requested = threading.Event()
+
+# Turns the agent gets after being asked for a handoff before the harness writes one itself.
+HANDOFF_GRACE_TURNS = 2
+BUDGET_WARNING_AT = 0.8
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass
+class Outcome:
+    result: str  # what ended the slice: see Driver.run
+    status: str = ""
+
+    def __str__(self) -> str:
+        return self.result
+
+
+class _SliceOver(Exception):
+    def __init__(self, result: str):
+        self.result = result
+
+
+def drive(run_id: int, *, owner: str | None = None, max_seconds: float | None = None) -> Outcome:
+    """Drive one slice of a run. Safe to call from any worker, any number of times."""
+    from agents import leases
+
+    owner = owner or leases.worker_id()
+    if not leases.claim(run_id, owner):
+        return Outcome("not-claimed")
+    started = time.monotonic()
+    driver = Driver(run_id, owner, max_seconds)
+    try:
+        result = driver.run()
+    except LeaseLost:
+        log.warning("run %s: lease lost by %s; stopping", run_id, owner)
+        result = "lease-lost"
+    finally:
+        Run.objects.filter(pk=run_id).update(
+            active_seconds=F("active_seconds") + (time.monotonic() - started)
+        )
+        leases.release(run_id, owner)
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
+    if result in {"handoff", "slice-ended", "shutdown"} and status == RunStatus.RUNNING:
+        queue.enqueue(run_id)
+    return Outcome(result, status)
+
+
+class Driver:
+    def __init__(self, run_id: int, owner: str, max_seconds: float | None):
+        self.run_id = run_id
+        self.owner = owner
+        self.deadline = time.monotonic() + (max_seconds or settings.SHIFTLOG["SLICE_SECONDS"])
+        self.slice_started = time.monotonic()
+        self.status = RunStatus.RUNNING
+        self.known_seq = 0
+        self.last_heartbeat = 0.0
+        self.previous_meta: dict[str, Any] = {}
+
+    # --- the slice ----------------------------------------------------------------------
+    def run(self) -> str:
+        """Returns one of: succeeded, handoff, paused, cancelled, failed, awaiting,
+        slice-ended, shutdown, not-drivable."""
+        run = Run.objects.get(pk=self.run_id)
+        self.known_seq = run.last_seq
+        if run.status == RunStatus.QUEUED:
+            try:
+                lifecycle.transition(
+                    self.run_id,
+                    RunStatus.RUNNING,
+                    actor=self.owner,
+                    expect={RunStatus.QUEUED},
+                    lease_owner=self.owner,
+                )
+            except IllegalTransition:
+                return "not-drivable"
+                run.refresh_from_db()
+        elif run.status != RunStatus.RUNNING:
+            return "not-drivable"
+        self.run_obj = run
+        self.workspace = sandbox.Workspace(run.workspace_path)
+        if not run.isolation:
+            run.isolation = self._isolation()
+            Run.objects.filter(pk=run.pk).update(isolation=run.isolation)
+        self.provider = providers.for_run(run)
+        try:
+            self.session = self._current_session() or self._start_session()
+            self._rebuild()
+            self._recover()
+            while True:
+                self._step()
+        except _SliceOver as over:
+            return over.result
+        except IllegalTransition as e:
+            # Someone else (a person) moved the run meanwhile; their word wins.
+            log.info("run %s: %s; ending the slice", self.run_id, e)
+            return self._status_result(e.current)
+
+    def _step(self) -> None:
+        if shutdown_requested.is_set():
+            raise _SliceOver("shutdown")
+        if time.monotonic() >= self.deadline:
+            raise _SliceOver("slice-ended")
+        self._check_budgets()
+        self._check_session_limits()
+        turn = self._next_turn()
+        tool_uses = turn.tool_uses
+        self._record_turn(turn)
+        if not tool_uses:
+            self._harness_message(
+                prompts.NUDGE_MAX_TOKENS if turn.stop_reason == "max_tokens" else prompts.NUDGE,
+                reason="nudge",
+            )
+        for i, block in enumerate(tool_uses):
+            self._run_tool(block, already_called=(i == 0))
+        self._stop_unless_running()
+
+    # --- sessions -----------------------------------------------------------------------
+    def _current_session(self) -> Session | None:
+        return (
+            Session.objects.filter(run_id=self.run_id)
+            .exclude(status=SessionStatus.ENDED)
+            .order_by("-index")
+            .first()
+        )
+
+    def _start_session(self) -> Session:
+        run = self.run_obj
+        previous = Session.objects.filter(run_id=self.run_id).order_by("-index").first()
+        index = previous.index + 1 if previous else 1
+        if run.max_sessions and index > run.max_sessions:
+            self._exceed(f"max sessions ({run.max_sessions}) reached")
+        self._warn_if_near("sessions", index, run.max_sessions)
+        last_checks = checks.latest_results(self.run_id)
+        # Notes that came in after the previous session ended go into this one's first message.
+        ended_at_seq = (
+            Event.objects.filter(run_id=self.run_id, kind=EventKind.SESSION_ENDED, session=previous)
+            .values_list("seq", flat=True)
+            .first()
+            if previous
+            else 0
+        ) or 0
+        notes = [
+            f"{p.get('author', 'a person')}: {p['text']}"
+            for p in Event.objects.filter(
+                run_id=self.run_id, kind=EventKind.HUMAN_NOTE, seq__gt=ended_at_seq
+            ).values_list("payload", flat=True)
+        ]
+        message = prompts.first_message(
+            goal=run.goal,
+            checks=run.checks,
+            rubric=run.rubric,
+            session_index=index,
+            max_sessions=run.max_sessions,
+            max_turns=run.max_turns_per_session,
+            handoff=previous.handoff if previous else None,
+            check_results=last_checks,
+            listing=self.workspace.listing(),
+            notes=notes,
+        )
+        with transaction.atomic():
+            session = Session.objects.create(run_id=self.run_id, index=index)
+            appended = eventlog.append_many(
+                self.run_id,
+                [
+                    NewEvent(
+                        EventKind.SESSION_STARTED,
+                        {"index": index, "first_message": message},
+                        session_id=session.pk,
+                        actor=self.owner,
+                    )
+                ],
+                lease_owner=self.owner,
+            )
+            Session.objects.filter(pk=session.pk).update(first_seq=appended.events[0].seq)
+        self._absorb(appended)
+        return session
+
+    def _end_session(self, reason: str, extra: list[NewEvent] | None = None) -> None:
+        events = list(extra or [])
+        events.append(
+            NewEvent(
+                EventKind.SESSION_ENDED,
+                {"index": self.session.index, "reason": reason},
+                session_id=self.session.pk,
+                actor=self.owner,
+            )
+        )
+        with transaction.atomic():
+            appended = eventlog.append_many(self.run_id, events, lease_owner=self.owner)
+            Session.objects.filter(pk=self.session.pk).update(
+                status=SessionStatus.ENDED, end_reason=reason, ended_at=timezone.now()
+            )
+        self._absorb(appended)
+
+    def _suspend_session(self) -> None:
+        Session.objects.filter(pk=self.session.pk, status=SessionStatus.ACTIVE).update(
+            status=SessionStatus.SUSPENDED
+        )
+
+    def _rebuild(self) -> None:
+        if self.session.status == SessionStatus.SUSPENDED:
+            Session.objects.filter(pk=self.session.pk).update(status=SessionStatus.ACTIVE)
+        rows = list(
+            Event.objects.filter(run_id=self.run_id, session_id=self.session.pk)
+            .order_by("seq")
+            .values_list("seq", "kind", "payload")
+        )
+        # Notes that arrived while no session was open are delivered to this one.
+        orphans = list(
+            Event.objects.filter(
+                run_id=self.run_id,
+                session__isnull=True,
+                kind=EventKind.HUMAN_NOTE,
+                seq__gt=self.session.first_seq,
+            ).values_list("seq", "kind", "payload")
+        )
+        events = sorted(rows + orphans, key=lambda row: row[0])
+        if events:
+            self.known_seq = max(self.known_seq, events[-1][0])
+        self.conv = Conversation.from_events(events)
+        last_turn = (
+            Event.objects.filter(run_id=self.run_id, kind=EventKind.MODEL_TURN)
+            .order_by("-seq")
+            .values_list("payload", flat=True)
+            .first()
+        )
+        self.previous_meta = (last_turn or {}).get("meta", {})
+        self.session.refresh_from_db()
+
+    def _recover(self) -> None:
+        """Close what a dead worker left open, so tools run at most once."""
+        interrupted, not_started = self.conv.unfinished_tool_uses()
+        for block in interrupted:
+            self._record_result(
+                block,
+                sandbox.ToolResult(output=INTERRUPTED, is_error=True, data={"interrupted": True}),
+            )
+        if interrupted:
+            self._append(
+                NewEvent(
+                    EventKind.ERROR,
+                    {
+                        "source": "recovery",
+                        "message": f"a worker stopped mid-tool; closed "
+                        f"{len(interrupted)} tool call(s) as interrupted without running them again",
+                    },
+                    session_id=self.session.pk,
+                    actor=self.owner,
+                )
+            )
+        for block in not_started:
+            self._run_tool(block, already_called=False)
+        if interrupted or not_started:
+            self._stop_unless_running()
+
+    # --- limits and budgets -------------------------------------------------------------
+    def _check_session_limits(self) -> None:
+        run, session = self.run_obj, self.session
+        why = None
+        if session.turns >= run.max_turns_per_session:
+            why = f"{session.turns} turns of {run.max_turns_per_session}"
+        elif session.last_input_tokens >= run.max_input_tokens_per_session:
+            why = f"{session.last_input_tokens} input tokens of {run.max_input_tokens_per_session}"
+        if why is None:
+            return
+        if not self.conv.handoff_requested:
+            self._harness_message(
+                prompts.HANDOFF_REQUEST.format(why=why), reason="handoff_requested"
+            )
+            self.conv.handoff_requested = True
+            self.handoff_asked_at = session.turns
+            return
+        asked_at = getattr(self, "handoff_asked_at", run.max_turns_per_session)
+        if session.turns >= asked_at + HANDOFF_GRACE_TURNS:
+            handoff = {
+                "summary": "The session reached its limit and the agent did not write a handoff; "
+                "the harness wrote this one. The agent's last words follow.",
+                "done": [],
+                "next_steps": [],
+                "open_questions": [],
+                "last_text": self.conv.last_text[-4000:],
+                "forced": True,
+            }
+            self._save_handoff(handoff)
+            self._end_session(EndReason.HANDOFF)
+            raise _SliceOver("handoff")
+
+    def _check_budgets(self) -> None:
+        run = self.run_obj
+        active = run.active_seconds + (time.monotonic() - self.slice_started)
+        limits = [
+            ("tokens", run.total_tokens, run.max_tokens, "max tokens ({limit}) reached"),
+            ("cost", run.cost_usd, run.max_cost_usd, "max cost (${limit}) reached"),
+            ("wall time", active, run.max_wall_seconds, "max wall time ({limit} s) reached"),
+        ]
+        for name, used, limit, message in limits:
+            if limit:
+                if used >= limit:
+                    self._exceed(message.format(limit=limit))
+                self._warn_if_near(name, used, limit)
+
+    def _warn_if_near(self, name: str, used: Any, limit: Any) -> None:
+        run = self.run_obj
+        if (
+            not limit
+            or name in run.budget_warnings
+            or used < Decimal(str(limit)) * Decimal(str(BUDGET_WARNING_AT))
+        ):
+            return
+        run.budget_warnings = [*run.budget_warnings, name]
+        Run.objects.filter(pk=run.pk).update(budget_warnings=run.budget_warnings)
+        self._append(
+            NewEvent(
+                EventKind.BUDGET_WARNING,
+                {"budget": name, "used": str(used), "limit": str(limit)},
+                actor=self.owner,
+            )
+        )
+
+    def _exceed(self, reason: str) -> None:
+        self._append(NewEvent(EventKind.BUDGET_EXCEEDED, {"reason": reason}, actor=self.owner))
+        lifecycle.transition(
+            self.run_id,
+            RunStatus.PAUSED,
+            actor=self.owner,
+            reason=f"budget: {reason}; raise it and resume",
+            lease_owner=self.owner,
+        )
+        if hasattr(self, "session"):
+            self._suspend_session()
+        raise _SliceOver("paused")
+
+    # --- model turns --------------------------------------------------------------------
+    def _next_turn(self) -> Turn:
+        run = self.run_obj
+        request = TurnRequest(
+            model=run.model,
+            system=prompts.SYSTEM_PROMPT,
+            messages=self.conv.request_messages(),
+            tools=sandbox.TOOL_SCHEMAS,
+            previous_meta=self.previous_meta,
+            handoff_requested=self.conv.handoff_requested,
+            input_chars=self.conv.chars + _STATIC_CHARS,
+        )
+        self.context_seq = self.known_seq
+        try:
+            return self.provider.next_turn(request)
+        except ProviderError as e:
+            self._append(
+                NewEvent(
+                    EventKind.ERROR,
+                    {
+                        "source": "provider",
+                        "error": type(e).__name__,
+                        "message": e.message,
+                        "status_code": e.status_code,
+                    },
+                    session_id=self.session.pk,
+                    actor=self.owner,
+                )
+            )
+            target = RunStatus.FAILED if e.action == "fail" else RunStatus.PAUSED
+            lifecycle.transition(
+                self.run_id, target, actor=self.owner, reason=e.message, lease_owner=self.owner
+            )
+            self._end_session(
+                EndReason.FAILED
+            ) if target == RunStatus.FAILED else self._suspend_session()
+            raise _SliceOver("failed" if target == RunStatus.FAILED else "paused") from e
+
+    def _record_turn(self, turn: Turn) -> None:
+        usage = turn.usage
+        cost = cost_usd(turn.model, usage)
+        payload = {
+            "content": turn.content,
+            "text": turn.text,
+            "stop_reason": turn.stop_reason,
+            "usage": usage.as_dict(),
+            "cost_usd": str(cost),
+            "model": turn.model,
+            "latency_ms": round(turn.latency_ms, 2),
+            "context_seq": self.context_seq,
+            "meta": turn.meta,
+        }
+        new = [NewEvent(EventKind.MODEL_TURN, payload, session_id=self.session.pk, actor="agent")]
+        first_tool = turn.tool_uses[:1]
+        if first_tool:
+            new.append(self._tool_call_event(first_tool[0]))
+        increments = {
+            "turns": 1,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_input_tokens,
+            "cache_write_tokens": usage.cache_creation_input_tokens,
+            "cost_usd": cost,
+        }
+        context_tokens = (
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        )
+        with transaction.atomic():
+            appended = eventlog.append_many(
+                self.run_id, new, lease_owner=self.owner, increments=increments
+            )
+            Session.objects.filter(pk=self.session.pk).update(
+                last_input_tokens=context_tokens,
+                **{name: F(name) + value for name, value in increments.items()},
+            )
+        run, session = self.run_obj, self.session
+        for name, value in increments.items():
+            setattr(run, name, getattr(run, name) + value)
+            setattr(session, name, getattr(session, name) + value)
+        session.last_input_tokens = context_tokens
+        self.previous_meta = turn.meta
+        self.conv.add_assistant(turn.content, context_seq=self.context_seq)
+        if first_tool:
+            self.conv.add_tool_call(first_tool[0]["id"])
+        self._absorb(appended)
+
+    # --- tools --------------------------------------------------------------------------
+    def _tool_call_event(self, block: dict[str, Any]) -> NewEvent:
+        return NewEvent(
+            EventKind.TOOL_CALL,
+            {"tool_use_id": block["id"], "name": block["name"], "input": block.get("input")},
+            session_id=self.session.pk,
+            actor="agent",
+        )
+
+    def _run_tool(self, block: dict[str, Any], *, already_called: bool) -> None:
+        if not already_called:
+            self._append(self._tool_call_event(block))
+            self.conv.add_tool_call(block["id"])
+        name = block["name"]
+        try:
+            tool_input = sandbox.validate_input(name, block.get("input"))
+        except sandbox.ToolInputError as e:
+            self._record_result(block, sandbox.ToolResult(output=str(e), is_error=True))
+            return
+        if name in sandbox.WORKSPACE_TOOLS:
+            result = sandbox.execute(
+                self.workspace,
+                name,
+                tool_input,
+                should_stop=self._heartbeat,
+                bash_timeout=settings.SHIFTLOG["BASH_TIMEOUT_SECONDS"],
+                output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            )
+            self._record_result(block, result)
+        elif name == "save_artifact":
+            self._record_result(block, self._save_artifact(tool_input))
+        elif name == "handoff":
+            self._handoff(block, tool_input)
+        elif name == "finish":
+            self._finish(block, tool_input)
+
+    def _record_result(
+        self, block: dict[str, Any], result: sandbox.ToolResult, extra: list[NewEvent] | None = None
+    ) -> None:
+        event = NewEvent(
+            EventKind.TOOL_RESULT,
+            {
+                "tool_use_id": block["id"],
+                "name": block["name"],
+                "output": result.output,
+                "is_error": result.is_error,
+                "data": result.data,
+            },
+            session_id=self.session.pk,
+            actor=self.owner,
+        )
+        appended = self._append(event, *(extra or []))
+        self.conv.add_tool_result(
+            appended.events[0].seq,
+            block["id"],
+            appended.events[0].payload["output"],
+            result.is_error,
+        )
+
+    def _heartbeat(self) -> bool:
+        """Called while a tool runs: renews the lease; True means stop the tool now."""
+        now = time.monotonic()
+        if now - self.last_heartbeat < HEARTBEAT_SECONDS:
+            return False
+        self.last_heartbeat = now
+        from agents import leases
+
+        status = leases.renew(self.run_id, self.owner)
+        return status is None or status == RunStatus.CANCELLED
+
+    def _save_artifact(self, tool_input: dict[str, Any]) -> sandbox.ToolResult:
+        try:
+            path = self.workspace.resolve(tool_input["path"])
+            data = path.read_bytes()
+        except sandbox.ToolInputError as e:
+            return sandbox.ToolResult(output=str(e), is_error=True)
+        except OSError as e:
+            return sandbox.ToolResult(
+                output=f"cannot read {tool_input['path']}: {e.strerror}", is_error=True
+            )
+        name = tool_input.get("name") or tool_input["path"]
+        artifact = self._store_artifact(name, tool_input.get("kind", ArtifactKind.FILE), data)
+        return sandbox.ToolResult(
+            output=f"Saved artifact {name!r} ({artifact.size} bytes).",
+            data={"artifact_id": artifact.pk, "blob": artifact.blob_hash},
+        )
+
+    def _store_artifact(
+        self, name: str, kind: str, data: bytes, mime: str | None = None
+    ) -> Artifact:
+        import mimetypes
+
+        digest = BlobStore().put(data)
+        artifact = Artifact.objects.create(
+            run_id=self.run_id,
+            session=self.session,
+            seq=self.known_seq,
+            name=name,
+            kind=kind,
+            blob_hash=digest,
+            size=len(data),
+            mime_type=mime or mimetypes.guess_type(name)[0] or "application/octet-stream",
+        )
+        self._append(
+            NewEvent(
+                EventKind.ARTIFACT_SAVED,
+                {"artifact_id": artifact.pk, "name": name, "kind": kind, "size": len(data)},
+                session_id=self.session.pk,
+                actor=self.owner,
+            )
+        )
+        return artifact
+
+    def _save_handoff(self, handoff: dict[str, Any]) -> None:
+        Session.objects.filter(pk=self.session.pk).update(handoff=handoff)
+        self.session.handoff = handoff
+        text = f"# Handoff from session {self.session.index}\n\n{prompts.format_handoff(handoff)}\n"
+        self._store_artifact(
+            f"handoff-session-{self.session.index}.md",
+            ArtifactKind.HANDOFF,
+            text.encode(),
+            "text/markdown",
+        )
+
+    def _handoff(self, block: dict[str, Any], handoff: dict[str, Any]) -> None:
+        handoff = {
+            "summary": handoff["summary"],
+            "done": handoff.get("done", []),
+            "next_steps": handoff.get("next_steps", []),
+            "open_questions": handoff.get("open_questions", []),
+        }
+        self._save_handoff(handoff)
+        self._record_result(
+            block, sandbox.ToolResult(output="Handoff saved. This session ends now.")
+        )
+        self._end_session(EndReason.HANDOFF)
+        raise _SliceOver("handoff")
+
+    def _finish(self, block: dict[str, Any], tool_input: dict[str, Any]) -> None:
+        run = self.run_obj
+        lifecycle.transition(
+            self.run_id,
+            RunStatus.VERIFYING,
+            actor=self.owner,
+            reason="the agent called finish; running the done-conditions",
+            expect={RunStatus.RUNNING},
+            session_id=self.session.pk,
+            lease_owner=self.owner,
+        )
+        results = checks.run_checks(
+            run.checks,
+            self.workspace,
+            should_stop=self._heartbeat,
+            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+        )
+        for r in results:
+            self._append(
+                NewEvent(EventKind.CHECK_RESULT, r, session_id=self.session.pk, actor=self.owner)
+            )
+        passed = bool(results) and all(r["passed"] for r in results)
+        if passed:
+            self._record_result(block, sandbox.ToolResult(output=checks.summary(results)))
+            self._end_session(EndReason.FINISHED)
+            lifecycle.transition(
+                self.run_id,
+                RunStatus.SUCCEEDED,
+                actor=self.owner,
+                reason="every done-condition passed",
+                expect={RunStatus.VERIFYING},
+                lease_owner=self.owner,
+            )
+            raise _SliceOver("succeeded")
+        lifecycle.transition(
+            self.run_id,
+            RunStatus.RUNNING,
+            actor=self.owner,
+            reason="done-conditions failed; the agent continues",
+            expect={RunStatus.VERIFYING},
+            session_id=self.session.pk,
+            lease_owner=self.owner,
+        )
+        self._record_result(
+            block, sandbox.ToolResult(output=checks.summary(results), is_error=True)
+        )
+
+    # --- events -------------------------------------------------------------------------
+    def _append(self, *new: NewEvent) -> eventlog.Appended:
+        appended = eventlog.append_many(self.run_id, list(new), lease_owner=self.owner)
+        self._absorb(appended)
+        return appended
+
+    def _harness_message(self, text: str, *, reason: str) -> None:
+        appended = self._append(
+            NewEvent(
+                EventKind.HARNESS_MESSAGE,
+                {"text": text, "reason": reason},
+                session_id=self.session.pk,
+                actor=self.owner,
+            )
+        )
+        self.conv.add_text(appended.events[0].seq, text)
+
+    def _absorb(self, appended: eventlog.Appended) -> None:
+        """Take in events others appended since our last one (notes, status changes)."""
+        first = appended.events[0].seq
+        if first > self.known_seq + 1:
+            foreign = (
+                Event.objects.filter(run_id=self.run_id, seq__gt=self.known_seq, seq__lt=first)
+                .order_by("seq")
+                .values_list("seq", "kind", "payload")
+            )
+            for seq, kind, payload in foreign:
+                if kind == EventKind.HUMAN_NOTE:
+                    self.conv.apply(seq, kind, payload)
+        self.known_seq = appended.events[-1].seq
+        self.status = appended.status
+
+    def _stop_unless_running(self) -> None:
+        if self.status != RunStatus.RUNNING:
+            self._suspend_session()
+            if self.status == RunStatus.CANCELLED:
+                self._end_session(EndReason.CANCELLED)
+            raise _SliceOver(self._status_result(self.status))
+
+    @staticmethod
+    def _status_result(status: str) -> str:
+        return {
+            RunStatus.PAUSED: "paused",
+            RunStatus.CANCELLED: "cancelled",
+            RunStatus.FAILED: "failed",
+            RunStatus.SUCCEEDED: "succeeded",
+            RunStatus.AWAITING_APPROVAL: "awaiting",
+        }.get(status, "not-drivable")
+
+    def _isolation(self) -> str:
+        forced = settings.SHIFTLOG["ISOLATION"]
+        return forced or sandbox.isolation_available()
+
+
+_STATIC_CHARS = len(prompts.SYSTEM_PROMPT) + sum(len(str(t)) for t in sandbox.TOOL_SCHEMAS)

@@ -1,0 +1,99 @@
+"""What the agent is told: the system prompt and each session's first message.
+
+A new session starts from the goal (verbatim, never a summary of it), the done-conditions, the
+latest handoff, the latest check results and a short listing of the workspace: not from old
+transcripts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SYSTEM_PROMPT = """\
+You are an autonomous software agent working toward one goal over many sessions. Each session is \
+a bounded context window; between sessions you keep nothing but the handoff notes you write.
+
+You work in a sandboxed workspace folder through the tools you are given. Paths are relative to \
+the workspace. Commands run with a time limit and without network access.
+
+The run is done only when the harness's done-conditions pass: shell checks that the harness runs \
+itself when you call `finish`. Your own claim that the work is done is not enough; if a check \
+fails you get its output and continue.
+
+When the harness says the session is ending, call `handoff` with an honest summary, what is done, \
+the next steps and open questions: the next session starts from that alone. People may send you \
+notes; follow them."""
+
+HANDOFF_REQUEST = (
+    "This session has reached its limit ({why}). Stop the current task now and call the "
+    "`handoff` tool: summary, what is done, next steps, open questions. The next session starts "
+    "from your handoff, the goal and the workspace only."
+)
+
+NUDGE = (
+    "You ended your turn without calling a tool. Keep working toward the goal with the tools; "
+    "call `finish` when you believe the done-conditions pass."
+)
+NUDGE_MAX_TOKENS = (
+    "Your last reply was cut off at the output token limit. Continue, in smaller steps."
+)
+
+
+def format_handoff(handoff: dict[str, Any]) -> str:
+    lines = [handoff.get("summary", "").strip() or "(no summary)"]
+    for title, key in (
+        ("Done", "done"),
+        ("Next steps", "next_steps"),
+        ("Open questions", "open_questions"),
+    ):
+        items = handoff.get(key) or []
+        if items:
+            lines.append(f"\n{title}:")
+            lines.extend(f"- {item}" for item in items)
+    return "\n".join(lines)
+
+
+def first_message(
+    *,
+    goal: str,
+    checks: list[str],
+    rubric: str,
+    session_index: int,
+    max_sessions: int | None,
+    max_turns: int,
+    handoff: dict[str, Any] | None,
+    check_results: list[dict[str, Any]],
+    listing: str,
+    notes: list[str] | None = None,
+) -> str:
+    parts = [f"# Goal\n{goal}"]
+    check_lines = "\n".join(f"- `{c}`" for c in checks) or "- (none)"
+    parts.append(
+        "# Done-conditions (run by the harness when you call `finish`; all must pass)\n"
+        + check_lines
+    )
+    if rubric:
+        parts.append(f"# Review criteria\n{rubric}")
+    of = f" of at most {max_sessions}" if max_sessions else ""
+    parts.append(
+        f"# This session\nSession {session_index}{of}; up to {max_turns} turns before you are "
+        "asked to hand off."
+    )
+    if handoff:
+        parts.append(f"# Handoff from the previous session\n{format_handoff(handoff)}")
+    elif session_index == 1:
+        parts.append("# Handoff\nThis is the first session: nothing has been done yet.")
+    if check_results:
+        lines = []
+        for r in check_results:
+            state = "passed" if r["passed"] else f"FAILED (exit {r['exit_code']})"
+            tail = r.get("output", "")[-1500:].rstrip()
+            lines.append(
+                f"- `{r['command']}`: {state}"
+                + (f"\n```\n{tail}\n```" if tail and not r["passed"] else "")
+            )
+        parts.append("# Latest check results\n" + "\n".join(lines))
+    if notes:
+        parts.append("# Notes from people\n" + "\n".join(f"- {n}" for n in notes))
+    parts.append(f"# Workspace\n{listing or '(empty)'}")
+    return "\n\n".join(parts)

@@ -1,0 +1,33 @@
+"""The sandbox agents work in: a confined workspace folder, shell commands, and file tools.
+
+Pure Python on purpose (no Django, nothing else from the project), so the runtime can
+hand it everything through parameters and it can be tested on its own.
+"""
+
+from __future__ import annotations
+
+from agents.sandbox.bash import CommandResult, isolation_available, run_command
+from agents.sandbox.tools import (
+    HARNESS_TOOLS,
+    TOOL_SCHEMAS,
+    WORKSPACE_TOOLS,
+    ToolResult,
+    execute,
+    validate_input,
+)
+from agents.sandbox.workspace import PathEscape, ToolInputError, Workspace
+
+__all__ = [
+    "HARNESS_TOOLS",
+    "TOOL_SCHEMAS",
+    "WORKSPACE_TOOLS",
+    "CommandResult",
+    "PathEscape",
+    "ToolInputError",
+    "ToolResult",
+    "Workspace",
+    "execute",
+    "isolation_available",
+    "run_command",
+    "validate_input",
+]

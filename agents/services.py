@@ -1,0 +1,259 @@
+"""What people (and the CLI, admin and dashboard) do to runs: create, pause, resume, cancel, steer.
+
+Each action checks its input, goes through lifecycle for status changes, records an event naming
+who did it, and queues work when there is work to do. Views and commands stay thin.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from agents import eventlog, lifecycle, queue
+from agents.models import EventKind, Provider, Run, RunStatus, Session, SessionStatus
+from agents.providers import pricing
+from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
+
+DEMO_GOAL = (
+    "Write a small Python module textstats.py with word_count(text) and top_words(text, n), "
+    "and unit tests for it in test_textstats.py. The tests must pass."
+)
+DEMO_CHECKS = ["python3 -m unittest -q"]
+
+
+class RunError(ValueError):
+    """Bad input for a run action; the message says what to change."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def actor_for(user) -> str:
+    return f"user:{user.get_username()}" if user is not None else "system"
+
+
+@dataclass
+class Budgets:
+    max_sessions: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: Decimal | str | None = None
+    max_wall_seconds: int | None = None
+
+    def cleaned(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in ("max_sessions", "max_tokens", "max_wall_seconds"):
+            value = getattr(self, name)
+            if value is not None:
+                if int(value) < 1:
+                    raise RunError(f"{name.replace('_', '-')} must be at least 1", name)
+                out[name] = int(value)
+        if self.max_cost_usd is not None:
+            try:
+                cost = Decimal(str(self.max_cost_usd))
+            except InvalidOperation:
+                raise RunError(
+                    f"max-cost must be a number of dollars, not {self.max_cost_usd!r}",
+                    "max_cost_usd",
+                ) from None
+            if cost <= 0:
+                raise RunError("max-cost must be more than 0", "max_cost_usd")
+            out["max_cost_usd"] = cost
+        return out
+
+
+def create_run(
+    *,
+    goal: str,
+    checks: list[str],
+    provider: str = Provider.SCRIPTED,
+    script: dict[str, Any] | None = None,
+    script_name: str = "",
+    model: str | None = None,
+    budgets: Budgets | None = None,
+    max_turns_per_session: int | None = None,
+    max_input_tokens_per_session: int | None = None,
+    workspace_from: str | Path | None = None,
+    rubric: str = "",
+    created_by=None,
+) -> Run:
+    goal = (goal or "").strip()
+    if not goal:
+        raise RunError("a run needs a goal", "goal")
+    checks = [c.strip() for c in checks or [] if c and c.strip()]
+    if not checks:
+        raise RunError(
+            "a run needs at least one check (a shell command that exits 0 when done)", "checks"
+        )
+    if provider not in Provider.values:
+        raise RunError(
+            f"provider must be one of {', '.join(Provider.values)}, not {provider!r}", "provider"
+        )
+    if provider == Provider.SCRIPTED:
+        if script is None:
+            script, script_name = builtin_script("demo"), script_name or "demo (built in)"
+        try:
+            validate_script(script)
+        except ScriptError as e:
+            raise RunError(f"script: {e}", "script") from None
+        model = model or OFFLINE_MODEL
+    else:
+        if script is not None:
+            raise RunError("a script is only for the scripted provider", "script")
+        model = model or pricing.DEFAULT_MODEL
+    source = Path(workspace_from) if workspace_from else None
+    if source is not None and not source.is_dir():
+        raise RunError(f"workspace-from: {source} is not a folder", "workspace_from")
+    config = settings.SHIFTLOG
+    fields = {
+        "max_turns_per_session": max_turns_per_session or config["MAX_TURNS_PER_SESSION"],
+        "max_input_tokens_per_session": max_input_tokens_per_session
+        or config["MAX_INPUT_TOKENS_PER_SESSION"],
+        **(budgets or Budgets()).cleaned(),
+    }
+    with transaction.atomic():
+        run = Run.objects.create(
+            goal=goal,
+            checks=checks,
+            rubric=rubric,
+            provider=provider,
+            model=model,
+            script=script if provider == Provider.SCRIPTED else None,
+            script_name=script_name,
+            created_by=created_by,
+            **fields,
+        )
+        workspace = run.workspace_path
+        if workspace.exists():
+            # A leftover from a database that was reset: never mix another run's files in.
+            shutil.rmtree(workspace)
+        if source is not None:
+            shutil.copytree(source, workspace, symlinks=True)
+        else:
+            workspace.mkdir(parents=True)
+        eventlog.append(
+            run.pk,
+            EventKind.RUN_CREATED,
+            {
+                "goal": goal,
+                "checks": checks,
+                "provider": provider,
+                "model": model,
+                "script_name": script_name,
+                "budgets": {k: str(v) for k, v in fields.items()},
+                "workspace_from": str(source) if source else None,
+            },
+            actor=actor_for(created_by),
+        )
+        queue.enqueue(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def create_demo_run(created_by=None) -> Run:
+    return create_run(
+        goal=DEMO_GOAL,
+        checks=DEMO_CHECKS,
+        script=builtin_script("demo"),
+        script_name="demo (built in)",
+        max_turns_per_session=4,
+        created_by=created_by,
+    )
+
+
+def _get(run_id: int) -> Run:
+    try:
+        return Run.objects.get(pk=run_id)
+    except Run.DoesNotExist:
+        raise RunError(f"no run with id {run_id}") from None
+
+
+def pause_run(run_id: int, *, actor: str, reason: str = "") -> Run:
+    run = _get(run_id)
+    if run.status == RunStatus.PAUSED:
+        raise RunError(f"run {run_id} is already paused")
+    try:
+        run = lifecycle.transition(
+            run_id, RunStatus.PAUSED, actor=actor, reason=reason or f"paused by {actor}"
+        )
+    except lifecycle.IllegalTransition as e:
+        raise RunError(str(e)) from None
+    return run
+
+
+def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Run:
+    run = _get(run_id)
+    if run.status != RunStatus.PAUSED:
+        raise RunError(f"run {run_id} is {run.status}; only a paused run can be resumed")
+    raised = (budgets or Budgets()).cleaned()
+    with transaction.atomic():
+        if raised:
+            Run.objects.filter(pk=run_id).update(**raised, budget_warnings=[])
+            eventlog.append(
+                run_id,
+                EventKind.RUN_UPDATED,
+                {"budgets": {k: str(v) for k, v in raised.items()}},
+                actor=actor,
+            )
+            run.refresh_from_db()
+        over = budget_still_exceeded(run)
+        if over:
+            raise RunError(f"run {run_id} is still over its budget: {over}")
+        run = lifecycle.transition(
+            run_id, RunStatus.QUEUED, actor=actor, reason=f"resumed by {actor}"
+        )
+        queue.enqueue(run_id)
+    return run
+
+
+def budget_still_exceeded(run: Run) -> str:
+    if run.max_tokens and run.total_tokens >= run.max_tokens:
+        return f"{run.total_tokens} tokens used of {run.max_tokens}: raise it with --max-tokens"
+    if run.max_cost_usd and run.cost_usd >= run.max_cost_usd:
+        return f"${run.cost_usd} spent of ${run.max_cost_usd}: raise it with --max-cost"
+    if run.max_wall_seconds and run.active_seconds >= run.max_wall_seconds:
+        return f"{run.active_seconds:.0f} s of {run.max_wall_seconds} s: raise it with --max-wall-seconds"
+    if run.max_sessions:
+        ended = Session.objects.filter(run=run, status=SessionStatus.ENDED).count()
+        open_session = Session.objects.filter(run=run).exclude(status=SessionStatus.ENDED).exists()
+        if not open_session and ended >= run.max_sessions:
+            return f"{ended} sessions used of {run.max_sessions}: raise it with --max-sessions"
+    return ""
+
+
+def cancel_run(run_id: int, *, actor: str, reason: str = "") -> Run:
+    _get(run_id)
+    try:
+        return lifecycle.transition(
+            run_id, RunStatus.CANCELLED, actor=actor, reason=reason or f"cancelled by {actor}"
+        )
+    except lifecycle.IllegalTransition as e:
+        raise RunError(str(e)) from None
+
+
+def note_run(run_id: int, text: str, *, actor: str, author: str = "") -> None:
+    run = _get(run_id)
+    text = (text or "").strip()
+    if not text:
+        raise RunError("a note needs some text")
+    if not run.is_live:
+        raise RunError(f"run {run_id} is {run.status}; notes reach only a live run")
+    open_session = (
+        Session.objects.filter(run_id=run_id)
+        .exclude(status=SessionStatus.ENDED)
+        .order_by("-index")
+        .first()
+    )
+    eventlog.append(
+        run_id,
+        EventKind.HUMAN_NOTE,
+        {"text": text, "author": author or actor},
+        actor=actor,
+        session_id=open_session.pk if open_session else None,
+    )

@@ -1,0 +1,21 @@
+"""huey tasks: thin wrappers around the runtime and the reaper."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from huey import crontab
+from huey.contrib.djhuey import db_periodic_task, db_task
+
+from agents import reaper
+from agents.runtime.loop import drive
+
+
+@db_task()
+def run_slice(*, run_id: int) -> str:
+    return str(drive(run_id))
+
+
+@db_periodic_task(crontab(minute="*"))
+def reap_runs() -> list[int]:
+    # The embedded `serve` also reaps every few seconds; this covers plain `run_huey` workers.
+    return reaper.reap() if settings.SHIFTLOG["REAPER_INTERVAL_SECONDS"] else []

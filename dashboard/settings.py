@@ -1,0 +1,217 @@
+"""Shiftlog settings, driven by environment variables.
+
+The defaults are the embedded mode: SQLite (WAL, IMMEDIATE transactions) and SqliteHuey in its
+own file under SHIFTLOG_DATA_DIR. DATABASE_URL and REDIS_URL switch to PostgreSQL, RedisHuey and
+channels-redis. A bad value fails loudly at start-up rather than being guessed around.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}")
+
+
+def env_number(name: str, default: float, cast: type = int) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if value < 0:
+        raise ImproperlyConfigured(f"{name} must not be negative, not {raw!r}")
+    return value
+
+
+DATA_DIR = Path(env_str("SHIFTLOG_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("SHIFTLOG_DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    # The embedded mode keeps a random key in the data folder so sessions and one-time login
+    # links survive restarts without anyone having to invent a secret.
+    key_file = DATA_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
+SHIFTLOG_BASE_URL = env_str("SHIFTLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "huey.contrib.djhuey",
+    "agents",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+ASGI_APPLICATION = "dashboard.asgi.application"
+WSGI_APPLICATION = "dashboard.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    import dj_database_url
+
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_URL must be a postgres:// URL (or unset for SQLite)")
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env_str("SHIFTLOG_DB", str(DATA_DIR / "db.sqlite3")),
+            # Two processes (web + worker) write: IMMEDIATE takes the write lock up front, so a
+            # read-modify-write transaction never fails half-way with "database is locked".
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": env_str("SHIFTLOG_TEST_DB", str(DATA_DIR / "test-db.sqlite3"))},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+HUEY_IMMEDIATE = env_bool("SHIFTLOG_HUEY_IMMEDIATE", False)
+if REDIS_URL:
+    HUEY = {
+        "huey_class": "agents.queue.RedisHuey",
+        "name": env_str("SHIFTLOG_HUEY_NAME", "shiftlog"),
+        "url": REDIS_URL,
+        "immediate": HUEY_IMMEDIATE,
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    HUEY = {
+        "huey_class": "agents.queue.SqliteHuey",
+        "name": "shiftlog",
+        # Its own file: huey's polling never contends with the Django database's write lock.
+        "filename": env_str("SHIFTLOG_HUEY_DB", str(DATA_DIR / "huey.sqlite3")),
+        "immediate": HUEY_IMMEDIATE,
+    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+HUEY["consumer"] = {
+    "workers": int(env_number("SHIFTLOG_WORKERS", 2)),
+    "worker_type": "thread",
+    # SIGTERM lets the running step finish; the run stays resumable.
+    "graceful_signal": "TERM",
+    "shutdown_timeout": 30,
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "agents": {"handlers": ["console"], "level": env_str("SHIFTLOG_LOG_LEVEL", "INFO")},
+        "huey": {"handlers": ["console"], "level": "INFO"},
+    },
+}
+
+# --- Shiftlog itself -------------------------------------------------------------------------
+SHIFTLOG = {
+    "WORKSPACE_ROOT": Path(env_str("SHIFTLOG_WORKSPACES", str(DATA_DIR / "workspaces"))),
+    "BLOB_ROOT": Path(env_str("SHIFTLOG_BLOBS", str(DATA_DIR / "blobs"))),
+    # A worker's claim on a run; renewed at every step and while a tool runs.
+    "LEASE_SECONDS": env_number("SHIFTLOG_LEASE_SECONDS", 30.0, float),
+    # A queued run no worker has claimed for this long is enqueued again by the reaper.
+    "REQUEUE_AFTER_SECONDS": env_number("SHIFTLOG_REQUEUE_AFTER_SECONDS", 60.0, float),
+    "REAPER_INTERVAL_SECONDS": env_number("SHIFTLOG_REAPER_INTERVAL", 5.0, float),
+    # One huey task drives a run for at most this long, then re-enqueues it (fairness).
+    "SLICE_SECONDS": env_number("SHIFTLOG_SLICE_SECONDS", 120.0, float),
+    "BASH_TIMEOUT_SECONDS": env_number("SHIFTLOG_BASH_TIMEOUT", 120.0, float),
+    "CHECK_TIMEOUT_SECONDS": env_number("SHIFTLOG_CHECK_TIMEOUT", 600.0, float),
+    "TOOL_OUTPUT_LIMIT": int(env_number("SHIFTLOG_TOOL_OUTPUT_LIMIT", 30_000)),
+    "ISOLATION": env_str("SHIFTLOG_ISOLATION", ""),  # "" = best available, or "subprocess"
+    "ANTHROPIC_API_KEY": env_str("ANTHROPIC_API_KEY"),
+    "ANTHROPIC_BASE_URL": env_str("ANTHROPIC_BASE_URL") or None,
+    "ANTHROPIC_MAX_RETRIES": int(env_number("SHIFTLOG_ANTHROPIC_MAX_RETRIES", 4)),
+    # Per-session defaults; each run may set its own.
+    "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
+    "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),
+}
