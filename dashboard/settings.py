@@ -211,6 +211,8 @@ SHIFTLOG = {
     "ANTHROPIC_API_KEY": env_str("ANTHROPIC_API_KEY"),
     "ANTHROPIC_BASE_URL": env_str("ANTHROPIC_BASE_URL") or None,
     "ANTHROPIC_MAX_RETRIES": int(env_number("SHIFTLOG_ANTHROPIC_MAX_RETRIES", 4)),
+    # Validate every API response strictly against the SDK's types (tests turn it on).
+    "ANTHROPIC_STRICT": env_bool("SHIFTLOG_ANTHROPIC_STRICT", False),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

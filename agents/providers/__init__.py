@@ -20,5 +20,6 @@ def for_run(run) -> Provider:
             api_key=config["ANTHROPIC_API_KEY"],
             base_url=config["ANTHROPIC_BASE_URL"],
             max_retries=config["ANTHROPIC_MAX_RETRIES"],
+            strict=config["ANTHROPIC_STRICT"],
         )
     raise ValueError(f"unknown provider {run.provider!r}")

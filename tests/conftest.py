@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from agents import services
+from agents.models import Run
+from agents.runtime.loop import drive
+
+
+@pytest.fixture
+def owner(db):
+    return get_user_model().objects.create_user("olivia", password="pw-olivia-1")
+
+
+def script(*turns: dict) -> dict:
+    """A scripted-provider script from turns: {"text": ..., "tool_calls": [...]}."""
+    return {"name": "test", "turns": list(turns)}
+
+
+def call(name: str, **tool_input) -> dict:
+    return {"name": name, "input": tool_input}
+
+
+def finish_turn(summary: str = "done") -> dict:
+    return {"text": "Finishing.", "tool_calls": [call("finish", summary=summary)]}
+
+
+def make_run(*, turns: list[dict] | None = None, checks: list[str] | None = None, **kwargs) -> Run:
+    kwargs.setdefault("goal", "test goal")
+    if turns is not None:
+        kwargs["script"] = script(*turns)
+    return services.create_run(checks=checks or ["true"], **kwargs)
+
+
+def drive_until_idle(run: Run, *, max_slices: int = 50) -> Run:
+    """Drive a run slice after slice, as workers would, until it waits or is over."""
+    for _ in range(max_slices):
+        outcome = drive(run.pk)
+        if outcome.status != "running" and outcome.status != "queued":
+            break
+        if outcome.result == "not-claimed":
+            raise AssertionError(f"run {run.pk} could not be claimed")
+    run.refresh_from_db()
+    return run
+
+
+def kinds(run: Run) -> list[str]:
+    return list(run.events.order_by("seq").values_list("kind", flat=True))

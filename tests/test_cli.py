@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.models import Run, RunStatus
+from tests.conftest import drive_until_idle
+
+pytestmark = pytest.mark.django_db
+
+
+def cli(*args: str) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_create_run_prints_the_id_and_json_with_json(owner):
+    run_id = int(cli("create_run", "--goal", "g", "--check", "true", "--user", "olivia"))
+    run = Run.objects.get(pk=run_id)
+    assert run.created_by == owner
+    assert run.provider == "scripted" and run.model == "scripted"
+    data = json.loads(
+        cli("create_run", "--goal", "g", "--check", "true", "--json", "--max-cost", "2.5")
+    )
+    assert data["status"] == "queued"
+    assert str(Run.objects.get(pk=data["id"]).max_cost_usd) == "2.500000"
+
+
+def test_create_run_with_a_script_file_and_a_workspace(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps({"turns": [{"tool_calls": [{"name": "finish", "input": {"summary": "ok"}}]}]})
+    )
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "given.txt").write_text("hello")
+    run_id = int(
+        cli(
+            "create_run",
+            "--goal",
+            "g",
+            "--check",
+            "grep -q hello given.txt",
+            "--script",
+            str(script),
+            "--workspace-from",
+            str(seed),
+        )
+    )
+    run = drive_until_idle(Run.objects.get(pk=run_id))
+    assert run.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--goal", "g"], "at least one --check"),
+        (["--goal", " ", "--check", "true"], "needs a goal"),
+        (["--goal", "g", "--check", "true", "--script", "/nope.json"], "script file not found"),
+        (
+            ["--goal", "g", "--check", "true", "--provider", "anthropic", "--script", "x.json"],
+            "only for --provider scripted",
+        ),
+        (["--goal", "g", "--check", "true", "--max-cost", "lots"], "max-cost must be a number"),
+        (
+            ["--goal", "g", "--check", "true", "--max-sessions", "0"],
+            "max-sessions must be at least 1",
+        ),
+        (["--goal", "g", "--check", "true", "--workspace-from", "/nonexistent"], "is not a folder"),
+        (["--goal", "g", "--check", "true", "--user", "nobody"], "no user named"),
+    ],
+)
+def test_create_run_refuses_bad_arguments_clearly_with_exit_2(args, message):
+    with pytest.raises(CommandError, match=message) as info:
+        cli("create_run", *args)
+    assert info.value.returncode == 2
+    assert not Run.objects.exists()
+
+
+def test_an_invalid_script_file_is_refused_with_where_it_is_wrong(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"turns": [{"tool_calls": [{"input": {}}]}]}))
+    with pytest.raises(CommandError, match=r"turns\[0\]\.tool_calls\[0\] needs a 'name'"):
+        cli("create_run", "--goal", "g", "--check", "true", "--script", str(bad))
+    bad.write_text("{not json")
+    with pytest.raises(CommandError, match="is not valid JSON"):
+        cli("create_run", "--goal", "g", "--check", "true", "--script", str(bad))
+
+
+def test_show_run_reports_status_sessions_usage(db):
+    from agents.services import create_demo_run
+
+    run = drive_until_idle(create_demo_run())
+    data = json.loads(cli("show_run", str(run.pk), "--json"))
+    assert data["status"] == "succeeded"
+    assert data["offline"] is True
+    assert len(data["sessions"]) >= 2
+    assert data["usage"]["turns"] == run.turns
+    text = cli("show_run", str(run.pk))
+    assert (
+        "succeeded" in text and "(offline)" in text and "session 1: ended, ended: handoff" in text
+    )
+
+
+def test_tail_run_prints_one_event_a_line_and_after_filters(db):
+    from agents.services import create_demo_run
+
+    run = drive_until_idle(create_demo_run())
+    lines = cli("tail_run", str(run.pk)).splitlines()
+    assert len(lines) == run.last_seq
+    assert lines[0].startswith("#1 ") and "run.created" in lines[0]
+    rows = [
+        json.loads(line)
+        for line in cli("tail_run", str(run.pk), "--json", "--after", "10").splitlines()
+    ]
+    assert [r["seq"] for r in rows] == list(range(11, run.last_seq + 1))
+    # --follow on a finished run prints everything and returns.
+    assert len(cli("tail_run", str(run.pk), "--follow").splitlines()) == run.last_seq
+
+
+def test_control_commands_name_the_acting_user(owner):
+    run_id = int(cli("create_run", "--goal", "g", "--check", "true"))
+    assert "paused" in cli("pause_run", str(run_id), "--user", "olivia")
+    with pytest.raises(CommandError, match="already paused"):
+        cli("pause_run", str(run_id))
+    assert "queued" in cli("resume_run", str(run_id), "--user", "olivia")
+    cli("note_run", str(run_id), "try harder", "--user", "olivia")
+    assert "cancelled" in cli("cancel_run", str(run_id))
+    with pytest.raises(CommandError, match="only a paused run can be resumed"):
+        cli("resume_run", str(run_id))
+    actors = list(
+        Run.objects.get(pk=run_id)
+        .events.filter(kind__in=["run.status", "human.note"])
+        .values_list("actor", flat=True)
+    )
+    assert actors[:3] == ["user:olivia", "user:olivia", "user:olivia"]
+    assert actors[3].startswith("cli:")
+
+
+def test_commands_on_a_missing_run_exit_2():
+    for command in ("show_run", "tail_run", "pause_run", "resume_run", "cancel_run"):
+        with pytest.raises(CommandError, match="no run with id 4242") as info:
+            cli(command, "4242")
+        assert info.value.returncode == 2
+
+
+def test_argparse_errors_exit_2_from_a_real_process():
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "show_run", "not-a-number"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "invalid int value" in proc.stderr
+
+
+def test_bootstrap_creates_an_admin_once_with_a_one_time_login_link(client):
+    out = cli("bootstrap")
+    assert "Created the admin account" in out and "Created the demo run" in out
+    link = out.split("login link for admin: ")[1].split()[0]
+    path = link.removeprefix("http://127.0.0.1:8000")
+    assert client.get(path).status_code == 200  # asks for a click: GET changes nothing
+    response = client.post(path)
+    assert response.status_code == 302
+    assert client.get("/admin/agents/run/").status_code == 200
+    client.logout()
+    assert client.post(path).status_code == 403  # used up
+    again = cli("bootstrap")
+    assert "Created" not in again  # no second admin, no second demo
+    assert Run.objects.count() == 1
+
+
+def test_pages_require_login(client):
+    assert client.get("/").status_code == 302
+    assert client.get("/admin/agents/run/").status_code == 302
+    assert client.get("/login/MQ/bad-token/").status_code == 403

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from agents import eventlog, leases
+from agents.eventlog import LeaseLost, NewEvent
+from agents.models import Event, ImmutableEvent, Run
+from tests.conftest import make_run
+
+
+@pytest.fixture
+def run(db):
+    return make_run(turns=[{"text": "hi"}])
+
+
+def test_seq_is_gap_free_and_ordered(run):
+    for i in range(5):
+        eventlog.append(run.pk, "human.note", {"text": str(i)})
+    seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    run.refresh_from_db()
+    assert run.last_seq == seqs[-1]
+
+
+def test_append_many_keeps_order_in_one_transaction(run):
+    appended = eventlog.append_many(
+        run.pk, [NewEvent("human.note", {"text": "a"}), NewEvent("human.note", {"text": "b"})]
+    )
+    assert [e.payload["text"] for e in appended.events] == ["a", "b"]
+    assert appended.events[1].seq == appended.events[0].seq + 1
+    assert appended.status == "queued"
+
+
+def test_seqs_are_per_run(db):
+    a, b = make_run(turns=[{"text": "a"}]), make_run(turns=[{"text": "b"}])
+    assert eventlog.append(a.pk, "human.note", {"text": "x"}).seq == 2
+    assert eventlog.append(b.pk, "human.note", {"text": "y"}).seq == 2
+
+
+def test_an_event_cannot_be_updated_through_the_model(run):
+    event = Event.objects.filter(run=run).first()
+    event.payload = {"forged": True}
+    with pytest.raises(ImmutableEvent):
+        event.save()
+
+
+def test_an_event_cannot_be_deleted(run):
+    with pytest.raises(ImmutableEvent):
+        Event.objects.filter(run=run).first().delete()
+    with pytest.raises(ImmutableEvent):
+        Event.objects.filter(run=run).delete()
+    with pytest.raises(ImmutableEvent):
+        Event.objects.filter(run=run).update(kind="error")
+
+
+def test_the_database_refuses_an_update_even_in_raw_sql(run):
+    with (
+        pytest.raises(Exception, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("UPDATE agents_event SET kind = 'error' WHERE run_id = %s", [run.pk])
+
+
+def test_a_duplicate_seq_is_refused_by_the_database(run):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Event.objects.bulk_create([Event(run=run, seq=1, kind="human.note", payload={})])
+
+
+def test_an_append_with_a_lost_lease_writes_nothing(run):
+    assert leases.claim(run.pk, "worker:a")
+    Run.objects.filter(pk=run.pk).update(lease_owner="worker:b")
+    before = Event.objects.filter(run=run).count()
+    with pytest.raises(LeaseLost):
+        eventlog.append(run.pk, "human.note", {"text": "late"}, lease_owner="worker:a")
+    assert Event.objects.filter(run=run).count() == before
+
+
+def test_appending_to_a_missing_run_raises(db):
+    with pytest.raises(Run.DoesNotExist):
+        eventlog.append(999_999, "human.note", {"text": "x"})
+
+
+def test_secrets_are_redacted_from_payloads(run, settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "ANTHROPIC_API_KEY": "sk-ant-very-secret-123"}
+    event = eventlog.append(
+        run.pk,
+        "tool.result",
+        {"output": "key is sk-ant-very-secret-123 ok", "nested": ["sk-ant-very-secret-123"]},
+    )
+    stored = Event.objects.get(pk=event.pk).payload
+    assert "sk-ant-very-secret-123" not in str(stored)
+    assert stored["output"] == "key is [redacted] ok"
+
+
+def test_unknown_counters_are_refused(run):
+    with pytest.raises(ValueError, match="not a run counter"):
+        eventlog.append_many(run.pk, [NewEvent("human.note")], increments={"last_seq": 5})
