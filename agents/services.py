@@ -156,11 +156,18 @@ def create_run(
     return run
 
 
-def create_demo_run(created_by=None) -> Run:
+def create_demo_run(created_by=None, *, turn_delay_seconds: float | None = None) -> Run:
+    script = builtin_script("demo")
+    delay = (
+        settings.SHIFTLOG["DEMO_TURN_DELAY_SECONDS"]
+        if turn_delay_seconds is None
+        else turn_delay_seconds
+    )
+    script["turn_delay_seconds"] = delay
     return create_run(
         goal=DEMO_GOAL,
         checks=DEMO_CHECKS,
-        script=builtin_script("demo"),
+        script=script,
         script_name="demo (built in)",
         max_turns_per_session=4,
         created_by=created_by,

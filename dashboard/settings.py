@@ -213,6 +213,8 @@ SHIFTLOG = {
     "ANTHROPIC_MAX_RETRIES": int(env_number("SHIFTLOG_ANTHROPIC_MAX_RETRIES", 4)),
     # Validate every API response strictly against the SDK's types (tests turn it on).
     "ANTHROPIC_STRICT": env_bool("SHIFTLOG_ANTHROPIC_STRICT", False),
+    # The demo's simulated model latency, so people can watch it work.
+    "DEMO_TURN_DELAY_SECONDS": env_number("SHIFTLOG_DEMO_TURN_DELAY", 1.0, float),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

@@ -16,4 +16,5 @@ from dashboard.settings import *  # noqa: E402,F403
 from dashboard.settings import HUEY  # noqa: E402
 
 HUEY = {**HUEY, "huey_class": "huey.MemoryHuey", "immediate": False}
+SHIFTLOG = {**SHIFTLOG, "DEMO_TURN_DELAY_SECONDS": 0.0}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -6,7 +6,8 @@ A script is JSON:
      "turns": [{"text": "...", "tool_calls": [{"name": "write_file", "input": {...}}]}, ...]}
 
 Each turn has optional `text` and optional `tool_calls`; a turn with no tool call ends the
-agent's turn (stop_reason end_turn). The provider keeps its place in the script in the turn's
+agent's turn (stop_reason end_turn). An optional top-level `turn_delay_seconds` simulates model
+latency (the demo uses it so people can watch it work). The provider keeps its place in the script in the turn's
 `meta` (script_index), which the runtime stores in the model.turn event, so it is stateless and
 survives a crash or a change of worker. When the harness asks for a handoff and the next scripted
 turn is not one, it writes a generic handoff without using up the script. When the script runs
@@ -16,6 +17,7 @@ out before the run is done, the run fails with that reason.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,9 @@ class ScriptError(ValueError):
 def validate_script(script: Any) -> dict[str, Any]:
     if not isinstance(script, dict):
         raise ScriptError("a script must be a JSON object with a 'turns' list")
+    delay = script.get("turn_delay_seconds", 0)
+    if not isinstance(delay, int | float) or not 0 <= delay <= 600:
+        raise ScriptError("turn_delay_seconds must be a number of seconds from 0 to 600")
     turns = script.get("turns")
     if not isinstance(turns, list) or not turns:
         raise ScriptError("a script needs a non-empty 'turns' list")
@@ -102,6 +107,7 @@ class ScriptedProvider:
     def __init__(self, script: dict[str, Any]):
         self.script = validate_script(script)
         self.turns = self.script["turns"]
+        self.delay = float(self.script.get("turn_delay_seconds", 0))
 
     def next_turn(self, request: TurnRequest) -> Turn:
         # script_index in meta is the index of the last turn played (-1: none yet).
@@ -114,6 +120,8 @@ class ScriptedProvider:
             raise ScriptExhausted(
                 f"the script ran out after {len(self.turns)} turns without the run finishing"
             )
+        if self.delay:
+            time.sleep(self.delay)
         content: list[dict[str, Any]] = []
         if upcoming.get("text"):
             content.append({"type": "text", "text": upcoming["text"]})
