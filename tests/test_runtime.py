@@ -373,3 +373,25 @@ def test_a_note_reaches_the_agent_at_its_next_turn(db):
     where = next(i for i, m in enumerate(messages) if "standard library" in str(m))
     assert messages[where]["role"] == "user"
     assert messages[where - 1]["role"] == "assistant"  # after the first turn, before the next
+
+
+def test_a_full_context_window_ends_the_session_with_a_handoff(db):
+    big = {"tool_calls": [call("list_files")], "usage": {"input_tokens": 5000, "output_tokens": 10}}
+    run = make_run(turns=[big, big, finish_turn()], max_input_tokens_per_session=4000)
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    first = run.sessions.get(index=1)
+    assert first.end_reason == "handoff"
+    request = Event.objects.get(
+        session=first, kind="harness.message", payload__reason="handoff_requested"
+    )
+    assert "5000 input tokens of 4000" in request.payload["text"]
+
+
+def test_a_scripted_delay_simulates_model_latency(db):
+    run = make_run(turns=[finish_turn()])
+    run.script["turn_delay_seconds"] = 0.3
+    run.save(update_fields=["script"])
+    started = time.monotonic()
+    assert drive_until_idle(run).status == RunStatus.SUCCEEDED
+    assert time.monotonic() - started >= 0.3

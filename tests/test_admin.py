@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from agents.models import Event, RunStatus
+from tests.conftest import drive_until_idle, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client):
+    user = get_user_model().objects.create_superuser("root", password="pw-root-123")
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("model", ["run", "session", "event", "checkpoint", "artifact", "approval"])
+def test_every_model_has_an_admin_page(admin_client, model):
+    drive_until_idle(
+        make_run(turns=[{"tool_calls": [{"name": "finish", "input": {"summary": "x"}}]}])
+    )
+    assert admin_client.get(f"/admin/agents/{model}/").status_code == 200
+
+
+def test_events_are_read_only_in_the_admin(admin_client):
+    run = make_run(turns=[{"text": "x"}])
+    event = Event.objects.filter(run=run).first()
+    page = admin_client.get(f"/admin/agents/event/{event.pk}/change/")
+    assert page.status_code == 200
+    assert b'name="_save"' not in page.content
+    response = admin_client.post(f"/admin/agents/event/{event.pk}/change/", {"kind": "error"})
+    assert response.status_code == 403
+    assert (
+        admin_client.post(f"/admin/agents/event/{event.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+
+
+def test_model_output_is_escaped_in_the_admin(admin_client):
+    from agents import eventlog
+
+    run = make_run(turns=[{"text": "x"}])
+    eventlog.append(run.pk, "human.note", {"text": "<script>alert(1)</script>"})
+    page = admin_client.get("/admin/agents/event/")
+    assert b"<script>alert(1)</script>" not in page.content
+    assert b"&lt;script&gt;" in page.content
+
+
+def test_admin_actions_pause_and_cancel_runs_naming_the_user(admin_client):
+    run = make_run(turns=[{"text": "x"}])
+    admin_client.post("/admin/agents/run/", {"action": "paused_runs", "_selected_action": [run.pk]})
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED
+    assert Event.objects.filter(run=run, kind="run.status").latest("seq").actor == "user:root"
+    admin_client.post(
+        "/admin/agents/run/", {"action": "cancelled_runs", "_selected_action": [run.pk]}
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+
+
+def test_staff_without_the_control_permission_get_no_run_actions(client):
+    user = get_user_model().objects.create_user("sam", password="pw-sam-12345", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_run"))
+    client.force_login(user)
+    run = make_run(turns=[{"text": "x"}])
+    page = client.get("/admin/agents/run/")
+    assert page.status_code == 200
+    assert b"paused_runs" not in page.content
+    client.post("/admin/agents/run/", {"action": "paused_runs", "_selected_action": [run.pk]})
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
