@@ -16,6 +16,7 @@ def run_checks(
     should_stop: Callable[[], bool] | None = None,
     timeout: float = 600.0,
     output_limit: int = 30_000,
+    isolation: str | None = None,
 ) -> list[dict[str, Any]]:
     results = []
     for command in commands:
@@ -25,6 +26,7 @@ def run_checks(
             timeout=timeout,
             output_limit=output_limit,
             should_stop=should_stop,
+            isolation=isolation,
         )
         results.append(
             {

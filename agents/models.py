@@ -35,8 +35,9 @@ LIVE_STATUSES = frozenset(
         RunStatus.VERIFYING,
     }
 )
-# States a worker may drive; the others wait for a person or are over.
-DRIVABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+# States a worker may drive; the others wait for a person or are over. A claimable `verifying`
+# run is one whose worker died while the checks ran.
+DRIVABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.VERIFYING})
 
 
 class Provider(models.TextChoices):

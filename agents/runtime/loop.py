@@ -120,7 +120,22 @@ class Driver:
                 )
             except IllegalTransition:
                 return "not-drivable"
-                run.refresh_from_db()
+            run.refresh_from_db()
+        elif run.status == RunStatus.VERIFYING:
+            # The worker that ran the checks died: back to running; _recover then closes its
+            # finish call as interrupted and the agent calls finish again.
+            try:
+                lifecycle.transition(
+                    self.run_id,
+                    RunStatus.RUNNING,
+                    actor=self.owner,
+                    reason="a worker stopped while the done-conditions ran; the agent continues",
+                    expect={RunStatus.VERIFYING},
+                    lease_owner=self.owner,
+                )
+            except IllegalTransition:
+                return "not-drivable"
+            run.refresh_from_db()
         elif run.status != RunStatus.RUNNING:
             return "not-drivable"
         self.run_obj = run
@@ -490,6 +505,7 @@ class Driver:
                 should_stop=self._heartbeat,
                 bash_timeout=settings.SHIFTLOG["BASH_TIMEOUT_SECONDS"],
                 output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+                isolation=settings.SHIFTLOG["ISOLATION"] or None,
             )
             self._record_result(block, result)
         elif name == "save_artifact":
@@ -618,6 +634,7 @@ class Driver:
             should_stop=self._heartbeat,
             timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
             output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=settings.SHIFTLOG["ISOLATION"] or None,
         )
         for r in results:
             self._append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import resource
@@ -99,11 +100,25 @@ def _limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def _set_limits() -> None:
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # not Linux
+    _libc = None
+
+
+def _set_limits(parent: int) -> None:
     # Runs in the child between fork and exec: keep it to plain system calls.
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_FSIZE, MAX_FILE_SIZE)
     _limit(resource.RLIMIT_NOFILE, MAX_OPEN_FILES)
+    # Die with the worker, as bwrap's --die-with-parent does: a killed worker's command must
+    # not go on changing the workspace while the next worker drives the run ...
+    if _libc is not None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # ... also when the worker died between the fork and the prctl.
+        if os.getppid() != parent:
+            os._exit(137)
 
 
 def _kill_group(pgid: int) -> None:
@@ -177,7 +192,7 @@ def run_command(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_set_limits,
+            preexec_fn=functools.partial(_set_limits, os.getpid()),
         )
         try:
             while proc.poll() is None:

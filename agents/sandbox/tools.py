@@ -347,6 +347,7 @@ def execute(
     bash_timeout: float = 120.0,
     output_limit: int = 30_000,
     extra_env: dict[str, str] | None = None,
+    isolation: str | None = None,
 ) -> ToolResult:
     """Run one workspace tool. Bad input and file errors come back as is_error results."""
     if name in HARNESS_TOOLS:
@@ -354,7 +355,9 @@ def execute(
     try:
         args = validate_input(name, tool_input)
         if name == "bash":
-            return _bash(workspace, args, should_stop, bash_timeout, output_limit, extra_env)
+            return _bash(
+                workspace, args, should_stop, bash_timeout, output_limit, extra_env, isolation
+            )
         if name == "read_file":
             return _read_file(workspace, args, output_limit)
         if name == "write_file":
@@ -382,6 +385,7 @@ def _bash(
     bash_timeout: float,
     output_limit: int,
     extra_env: dict[str, str] | None,
+    isolation: str | None = None,
 ) -> ToolResult:
     timeout = min(args.get("timeout", bash_timeout), bash_timeout)
     result = run_command(
@@ -391,6 +395,7 @@ def _bash(
         output_limit=output_limit,
         should_stop=should_stop,
         extra_env=extra_env,
+        isolation=isolation,
     )
     if result.timed_out:
         status = f"[timed out after {timeout:g}s; process group killed]"
