@@ -184,6 +184,17 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
         return f"{p.get('budget')}: {p.get('used')} of {p.get('limit')}"
     if kind in {"budget.exceeded", "error"}:
         return _short(p.get("reason") or p.get("message", ""))
+    if kind == "approval.requested":
+        args = p.get("input") or {}
+        return f"{p.get('tool')} {_short(args.get('command') or args.get('path') or args, 70)} ({p.get('reason')})"
+    if kind == "approval.decided":
+        comment = f": {_short(p['comment'], 60)}" if p.get("comment") else ""
+        edited = " with edits" if p.get("edited_input") else ""
+        return f"approval {p.get('approval_id')} {p.get('decision')}{edited}{comment}"
+    if kind == "run.updated":
+        return (
+            "tool policy changed" if "tool_policy" in p else f"budgets raised: {p.get('budgets')}"
+        )
     if kind == "artifact.saved":
         return f"{p.get('name')} ({p.get('kind')}, {p.get('size')} bytes)"
     return _short(p)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog
+from agents import eventlog, notifications
 from agents.models import EventKind, Run, RunStatus
 
 S = RunStatus
@@ -78,4 +78,6 @@ def transition(
         Run.objects.filter(pk=run_id).update(**fields)
         for name, value in fields.items():
             setattr(run, name, value)
+        if target in notifications.NOTIFY_STATUSES:
+            notifications.notify(run, f"run.{target}", previous=current)
     return run

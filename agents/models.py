@@ -73,7 +73,12 @@ class Run(models.Model):
     max_turns_per_session = models.PositiveIntegerField(default=40)
     max_input_tokens_per_session = models.PositiveIntegerField(default=150_000)
 
+    # Ordered rules (see agents.policy); the global default from settings applies after them.
     tool_policy = models.JSONField(default=list, blank=True)
+    # Seconds an approval may wait before it counts as denied ("expired"); null: the global
+    # default, which is no expiry.
+    approval_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    webhook_urls = models.JSONField(default=list, blank=True)
 
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
@@ -213,6 +218,7 @@ class EventKind(models.TextChoices):
     CHECKPOINT_CREATED = "checkpoint.created"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    NOTIFICATION_FAILED = "notification.failed"
     ERROR = "error"
 
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import queue
+from agents import approvals, queue
 from agents.models import DRIVABLE_STATUSES, Run
 
 log = logging.getLogger(__name__)
@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 def reap(now=None) -> list[int]:
     now = now or timezone.now()
+    approvals.expire_due(now)
     lost_before = now - timedelta(seconds=settings.SHIFTLOG["REQUEUE_AFTER_SECONDS"])
     stale = (
         Run.objects.filter(status__in=DRIVABLE_STATUSES)

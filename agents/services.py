@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agents import eventlog, lifecycle, queue
+from agents import eventlog, lifecycle, policy, queue
 from agents.models import EventKind, Provider, Run, RunStatus, Session, SessionStatus
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
@@ -81,6 +81,9 @@ def create_run(
     max_input_tokens_per_session: int | None = None,
     workspace_from: str | Path | None = None,
     rubric: str = "",
+    tool_policy: list[dict[str, Any]] | None = None,
+    webhook_urls: list[str] | None = None,
+    approval_timeout_seconds: int | None = None,
     created_by=None,
 ) -> Run:
     goal = (goal or "").strip()
@@ -110,6 +113,16 @@ def create_run(
     source = Path(workspace_from) if workspace_from else None
     if source is not None and not source.is_dir():
         raise RunError(f"workspace-from: {source} is not a folder", "workspace_from")
+    try:
+        tool_policy = policy.validate(tool_policy or [])
+    except policy.PolicyError as e:
+        raise RunError(f"tool policy: {e}", "tool_policy") from None
+    webhook_urls = [u.strip() for u in webhook_urls or [] if u.strip()]
+    for url in webhook_urls:
+        if not url.startswith(("http://", "https://")):
+            raise RunError(f"webhook {url!r} must be an http:// or https:// URL", "webhook_urls")
+    if approval_timeout_seconds is not None and approval_timeout_seconds < 1:
+        raise RunError("approval-timeout must be at least 1 second", "approval_timeout_seconds")
     config = settings.SHIFTLOG
     fields = {
         "max_turns_per_session": max_turns_per_session or config["MAX_TURNS_PER_SESSION"],
@@ -127,6 +140,9 @@ def create_run(
             script=script if provider == Provider.SCRIPTED else None,
             script_name=script_name,
             created_by=created_by,
+            tool_policy=tool_policy,
+            webhook_urls=webhook_urls,
+            approval_timeout_seconds=approval_timeout_seconds,
             **fields,
         )
         workspace = run.workspace_path
@@ -148,6 +164,7 @@ def create_run(
                 "script_name": script_name,
                 "budgets": {k: str(v) for k, v in fields.items()},
                 "workspace_from": str(source) if source else None,
+                "tool_policy": tool_policy,
             },
             actor=actor_for(created_by),
         )

@@ -6,13 +6,18 @@ from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from agents import reaper
+from agents import notifications, reaper
 from agents.runtime.loop import drive
 
 
 @db_task()
 def run_slice(*, run_id: int) -> str:
     return str(drive(run_id))
+
+
+@db_task()
+def deliver_webhook(*, run_id: int, url: str, payload: dict) -> bool:
+    return notifications.deliver(run_id, url, payload)
 
 
 @db_periodic_task(crontab(minute="*"))

@@ -7,6 +7,7 @@ channels-redis. A bad value fails loudly at start-up rather than being guessed a
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -194,6 +195,15 @@ LOGGING = {
 }
 
 # --- Shiftlog itself -------------------------------------------------------------------------
+def _tool_policy() -> list:
+    from agents.policy import PolicyError, validate
+
+    try:
+        return validate(json.loads(env_str("SHIFTLOG_TOOL_POLICY", "[]")))
+    except (ValueError, PolicyError) as e:
+        raise ImproperlyConfigured(f"SHIFTLOG_TOOL_POLICY: {e}") from None
+
+
 SHIFTLOG = {
     "WORKSPACE_ROOT": Path(env_str("SHIFTLOG_WORKSPACES", str(DATA_DIR / "workspaces"))),
     "BLOB_ROOT": Path(env_str("SHIFTLOG_BLOBS", str(DATA_DIR / "blobs"))),
@@ -215,6 +225,12 @@ SHIFTLOG = {
     "ANTHROPIC_STRICT": env_bool("SHIFTLOG_ANTHROPIC_STRICT", False),
     # The demo's simulated model latency, so people can watch it work.
     "DEMO_TURN_DELAY_SECONDS": env_number("SHIFTLOG_DEMO_TURN_DELAY", 1.0, float),
+    # Tool policy rules applied after each run's own (JSON list; see agents/policy.py).
+    "TOOL_POLICY": _tool_policy(),
+    "APPROVAL_TIMEOUT_SECONDS": env_number("SHIFTLOG_APPROVAL_TIMEOUT", 0, int) or None,
+    "WEBHOOK_URLS": [u for u in env_str("SHIFTLOG_WEBHOOK_URLS").split(",") if u],
+    "WEBHOOK_ATTEMPTS": int(env_number("SHIFTLOG_WEBHOOK_ATTEMPTS", 5)),
+    "WEBHOOK_BACKOFF_SECONDS": env_number("SHIFTLOG_WEBHOOK_BACKOFF", 2.0, float),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

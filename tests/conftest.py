@@ -47,3 +47,28 @@ def drive_until_idle(run: Run, *, max_slices: int = 50) -> Run:
 
 def kinds(run: Run) -> list[str]:
     return list(run.events.order_by("seq").values_list("kind", flat=True))
+
+
+@pytest.fixture
+def decider(db):
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user("dana", password="pw-dana-123")
+    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    return get_user_model().objects.get(pk=user.pk)  # fresh: permissions are cached
+
+
+def approve_pending(run: Run, user, **kwargs) -> list:
+    from agents.approvals import decide
+    from agents.models import Approval
+
+    pending = list(Approval.objects.filter(run=run, status="pending").order_by("pk"))
+    return [decide(a.pk, user=user, approve=True, **kwargs) for a in pending]
+
+
+def demo_to_success(user) -> Run:
+    """The demo, with its risky step approved, driven to the end."""
+    run = drive_until_idle(services.create_demo_run())
+    assert run.status == "awaiting_approval", run.status_reason
+    approve_pending(run, user)
+    return drive_until_idle(run)

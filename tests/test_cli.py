@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.models import Run, RunStatus
-from tests.conftest import drive_until_idle
+from tests.conftest import demo_to_success, drive_until_idle
 
 pytestmark = pytest.mark.django_db
 
@@ -94,10 +94,8 @@ def test_an_invalid_script_file_is_refused_with_where_it_is_wrong(tmp_path):
         cli("create_run", "--goal", "g", "--check", "true", "--script", str(bad))
 
 
-def test_show_run_reports_status_sessions_usage(db):
-    from agents.services import create_demo_run
-
-    run = drive_until_idle(create_demo_run())
+def test_show_run_reports_status_sessions_usage(decider):
+    run = demo_to_success(decider)
     data = json.loads(cli("show_run", str(run.pk), "--json"))
     assert data["status"] == "succeeded"
     assert data["offline"] is True
@@ -109,10 +107,8 @@ def test_show_run_reports_status_sessions_usage(db):
     )
 
 
-def test_tail_run_prints_one_event_a_line_and_after_filters(db):
-    from agents.services import create_demo_run
-
-    run = drive_until_idle(create_demo_run())
+def test_tail_run_prints_one_event_a_line_and_after_filters(decider):
+    run = demo_to_success(decider)
     lines = cli("tail_run", str(run.pk)).splitlines()
     assert len(lines) == run.last_seq
     assert lines[0].startswith("#1 ") and "run.created" in lines[0]

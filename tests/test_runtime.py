@@ -14,7 +14,7 @@ from agents import providers, services
 from agents.models import Artifact, Event, Run, RunStatus, Session
 from agents.runtime.conversation import Conversation
 from agents.runtime.loop import drive
-from tests.conftest import call, drive_until_idle, finish_turn, kinds, make_run
+from tests.conftest import call, demo_to_success, drive_until_idle, finish_turn, kinds, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -23,8 +23,8 @@ def events_of(run, kind):
     return list(Event.objects.filter(run=run, kind=kind).order_by("seq"))
 
 
-def test_the_demo_goes_through_two_sessions_to_success_with_real_checks(db):
-    run = drive_until_idle(services.create_demo_run())
+def test_the_demo_goes_through_two_sessions_to_success_with_real_checks(decider):
+    run = demo_to_success(decider)
     assert run.status == RunStatus.SUCCEEDED, run.status_reason
     sessions = list(run.sessions.order_by("index"))
     assert len(sessions) >= 2
@@ -41,8 +41,8 @@ def test_the_demo_goes_through_two_sessions_to_success_with_real_checks(db):
     assert Artifact.objects.filter(run=run, kind="file", name="textstats.py").exists()
 
 
-def test_a_new_session_starts_from_goal_checks_handoff_and_check_results(db):
-    run = drive_until_idle(services.create_demo_run())
+def test_a_new_session_starts_from_goal_checks_handoff_and_check_results(decider):
+    run = demo_to_success(decider)
     second = run.sessions.get(index=2)
     first_message = Event.objects.get(session=second, kind="session.started").payload[
         "first_message"
@@ -160,8 +160,8 @@ def test_the_scripted_agent_hands_off_when_asked(db):
     assert run.sessions.get(index=1).end_reason == "handoff"
 
 
-def test_usage_is_summed_per_session_and_per_run(db):
-    run = drive_until_idle(services.create_demo_run())
+def test_usage_is_summed_per_session_and_per_run(decider):
+    run = demo_to_success(decider)
     sessions = list(run.sessions.all())
     assert run.turns == sum(s.turns for s in sessions) == len(events_of(run, "model.turn"))
     assert run.input_tokens == sum(s.input_tokens for s in sessions) > 0

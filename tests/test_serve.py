@@ -17,6 +17,7 @@ from django.db import connection
 
 from agents import services
 from agents.models import Run, RunStatus
+from tests.conftest import approve_pending
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -27,13 +28,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_status(run, status, timeout=60):
+    deadline = time.monotonic() + timeout
+    current = None
+    while time.monotonic() < deadline:
+        current = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
+        if current == status:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"run {run.pk} is {current}, not {status}, after {timeout}s")
+
+
 def children_of(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 
 @pytest.mark.timeout(120)
-def test_serve_runs_a_lost_run_to_success_and_ctrl_c_stops_everything(tmp_path):
+def test_serve_runs_a_lost_run_to_success_and_ctrl_c_stops_everything(tmp_path, decider):
     # Created here, the run's task goes to the tests' in-memory queue and is lost: exactly
     # the case the reaper inside `serve` exists for.
     run = services.create_demo_run(turn_delay_seconds=0)
@@ -56,14 +68,9 @@ def test_serve_runs_a_lost_run_to_success_and_ctrl_c_stops_everything(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline:
-            status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
-            if status == RunStatus.SUCCEEDED:
-                break
-            time.sleep(0.2)
-        assert status == RunStatus.SUCCEEDED
+        wait_for_status(run, RunStatus.AWAITING_APPROVAL)
+        approve_pending(run, decider)  # its enqueue goes to the tests' queue: lost again
+        wait_for_status(run, RunStatus.SUCCEEDED)
         # The web server answers, and asks for a login.
         opener = urllib.request.build_opener(NoRedirect)
         with pytest.raises(urllib.error.HTTPError) as info:

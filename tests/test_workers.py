@@ -20,7 +20,7 @@ import pytest
 from agents import eventlog, leases, services
 from agents.eventlog import LeaseLost
 from agents.lifecycle import TERMINAL
-from agents.models import Event, Run, RunStatus, Session
+from agents.models import Approval, Event, Run, RunStatus, Session
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import call, drive_until_idle, finish_turn, make_run
 from tests.procs import Procs, alive, dump_events, wait_for
@@ -498,10 +498,23 @@ def test_sigterm_lets_the_running_step_finish_and_hands_the_run_back(procs):
 
 # --- 5. the demo, end to end ----------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_a_real_consumer_takes_the_demo_through_two_sessions_to_success(procs):
-    run = services.create_demo_run()
-    procs.consumer(name="consumer")
+def test_a_real_consumer_takes_the_demo_through_two_sessions_to_success(procs, decider):
+    run = services.create_demo_run(turn_delay_seconds=0)
+    first = procs.consumer(name="consumer")
     procs.enqueue(run.pk)
+    # The demo's risky step waits for a person, holding no worker: the worker can die meanwhile.
+    wait_for(
+        lambda: status_of(run) == RunStatus.AWAITING_APPROVAL,
+        timeout=60,
+        what="the demo to wait for approval",
+        details=lambda: f"{dump_events(run.pk)}\n{procs.logs()}",
+    )
+    assert not Run.objects.get(pk=run.pk).lease_owner
+    procs.kill_hard(first)
+    procs.consumer(name="after-the-wait")
+    approval = Approval.objects.get(run=run, status="pending")
+    out = procs.manage("approve", str(approval.pk), "--user", decider.username)
+    assert "approved" in out
     run = wait_until_over(run, procs, timeout=60)
     log = dump_events(run.pk)
     assert run.status == RunStatus.SUCCEEDED, f"{run.status_reason}\n{log}"

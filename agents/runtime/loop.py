@@ -9,10 +9,12 @@ lease is lost. Nothing it needs lives only in memory.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -21,11 +23,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents import checks, eventlog, lifecycle, providers, queue, sandbox
+from agents import checks, eventlog, lifecycle, notifications, policy, providers, queue, sandbox
 from agents.blobstore import BlobStore
 from agents.eventlog import LeaseLost, NewEvent
 from agents.lifecycle import IllegalTransition
 from agents.models import (
+    Approval,
+    ApprovalStatus,
     Artifact,
     ArtifactKind,
     EndReason,
@@ -144,6 +148,8 @@ class Driver:
             run.isolation = self._isolation()
             Run.objects.filter(pk=run.pk).update(isolation=run.isolation)
         self.provider = providers.for_run(run)
+        self.rules = [*run.tool_policy, *settings.SHIFTLOG["TOOL_POLICY"]]
+        self.approvals: dict[str, Approval] = {}
         try:
             self.session = self._current_session() or self._start_session()
             self._rebuild()
@@ -166,14 +172,23 @@ class Driver:
         self._check_session_limits()
         turn = self._next_turn()
         tool_uses = turn.tool_uses
-        self._record_turn(turn)
+        plans = [self._plan(block) for block in tool_uses]
+        # The first call's tool.call goes in with the turn when nothing stands in its way.
+        first_ready = bool(plans) and plans[0] == "allow"
+        self._record_turn(turn, call_first=first_ready)
         if not tool_uses:
             self._harness_message(
                 prompts.NUDGE_MAX_TOKENS if turn.stop_reason == "max_tokens" else prompts.NUDGE,
                 reason="nudge",
             )
+        # Every call of the turn that needs a person is asked about at once, so people can
+        # decide them side by side; they still run in the model's order.
+        self.approvals = {}
+        asks = [block for block, plan in zip(tool_uses, plans, strict=True) if plan == "ask"]
+        if asks:
+            self._request_approvals(asks)
         for i, block in enumerate(tool_uses):
-            self._run_tool(block, already_called=(i == 0))
+            self._run_tool(block, already_called=(i == 0 and first_ready))
         self._stop_unless_running()
 
     # --- sessions -----------------------------------------------------------------------
@@ -288,6 +303,13 @@ class Driver:
         )
         self.previous_meta = (last_turn or {}).get("meta", {})
         self.session.refresh_from_db()
+        open_ids = [b["id"] for b in self.conv.open_tool_uses]
+        self.approvals = {
+            a.tool_use_id: a
+            for a in Approval.objects.filter(
+                run_id=self.run_id, tool_use_id__in=open_ids
+            ).select_related("decided_by")
+        }
 
     def _recover(self) -> None:
         """Close what a dead worker left open, so tools run at most once."""
@@ -430,7 +452,7 @@ class Driver:
             ) if target == RunStatus.FAILED else self._suspend_session()
             raise _SliceOver("failed" if target == RunStatus.FAILED else "paused") from e
 
-    def _record_turn(self, turn: Turn) -> None:
+    def _record_turn(self, turn: Turn, *, call_first: bool) -> None:
         usage = turn.usage
         cost = cost_usd(turn.model, usage)
         payload = {
@@ -445,7 +467,7 @@ class Driver:
             "meta": turn.meta,
         }
         new = [NewEvent(EventKind.MODEL_TURN, payload, session_id=self.session.pk, actor="agent")]
-        first_tool = turn.tool_uses[:1]
+        first_tool = turn.tool_uses[:1] if call_first else []
         if first_tool:
             new.append(self._tool_call_event(first_tool[0]))
         increments = {
@@ -479,24 +501,169 @@ class Driver:
         self._absorb(appended)
 
     # --- tools --------------------------------------------------------------------------
-    def _tool_call_event(self, block: dict[str, Any]) -> NewEvent:
-        return NewEvent(
-            EventKind.TOOL_CALL,
-            {"tool_use_id": block["id"], "name": block["name"], "input": block.get("input")},
-            session_id=self.session.pk,
-            actor="agent",
+    def _tool_call_event(
+        self,
+        block: dict[str, Any],
+        tool_input: dict[str, Any] | None = None,
+        approval: Approval | None = None,
+    ) -> NewEvent:
+        payload = {
+            "tool_use_id": block["id"],
+            "name": block["name"],
+            "input": block.get("input") if tool_input is None else tool_input,
+        }
+        if approval is not None:
+            payload["approval_id"] = approval.pk
+        return NewEvent(EventKind.TOOL_CALL, payload, session_id=self.session.pk, actor="agent")
+
+    # --- approvals ----------------------------------------------------------------------
+    def _gate(
+        self, block: dict[str, Any], tool_input: dict[str, Any]
+    ) -> tuple[dict[str, Any], Approval | None, str] | None:
+        """(input to run, approval, note for the agent), or None when the call must not run."""
+        approval = self.approvals.get(block["id"])
+        if approval is None:
+            decision = policy.decide(self.rules, block["name"], tool_input)
+            if decision.action == "allow":
+                return tool_input, None, ""
+            if decision.action == "deny":
+                self._record_result(
+                    block,
+                    sandbox.ToolResult(
+                        output=f"Denied by the tool policy ({decision.reason}): this call is not "
+                        "allowed in this run. Find another way, or ask for it in your reply.",
+                        is_error=True,
+                        data={"policy": "deny", "rule": decision.rule},
+                    ),
+                )
+                return None
+            approval = self._request_approvals([block])[block["id"]]
+        if approval.status == ApprovalStatus.PENDING:
+            approval = self._await_approval(approval)
+        if approval.status == ApprovalStatus.APPROVED:
+            note = ""
+            if approval.edited_input is not None:
+                note = (
+                    f"A person ({approval.decided_by}) edited this call before approving it. "
+                    f"What ran: {json.dumps(approval.edited_input)}"
+                )
+            if approval.comment:
+                note += ("\n" if note else "") + f"Their comment: {approval.comment}"
+            return (approval.edited_input or tool_input), approval, note
+        reason = (
+            "nobody decided in time (expired)"
+            if approval.status == ApprovalStatus.EXPIRED
+            else approval.comment
         )
+        self._record_result(
+            block,
+            sandbox.ToolResult(
+                output=f"A person denied this call: {reason}. It did not run; carry on without it.",
+                is_error=True,
+                data={"approval_id": approval.pk, "decision": approval.status},
+            ),
+        )
+        return None
+
+    def _request_approvals(self, blocks: list[dict[str, Any]]) -> dict[str, Approval]:
+        timeout = (
+            self.run_obj.approval_timeout_seconds or settings.SHIFTLOG["APPROVAL_TIMEOUT_SECONDS"]
+        )
+        expires = timezone.now() + timedelta(seconds=timeout) if timeout else None
+        with transaction.atomic():
+            created = []
+            for block in blocks:
+                tool_input = sandbox.validate_input(block["name"], block.get("input"))
+                approval, _ = Approval.objects.get_or_create(
+                    run_id=self.run_id,
+                    tool_use_id=block["id"],
+                    defaults={
+                        "session": self.session,
+                        "seq": self.known_seq,
+                        "tool_name": block["name"],
+                        "tool_input": tool_input,
+                        "expires_at": expires,
+                    },
+                )
+                self.approvals[block["id"]] = approval
+                created.append(approval)
+            self._append(
+                *[
+                    NewEvent(
+                        EventKind.APPROVAL_REQUESTED,
+                        {
+                            "approval_id": a.pk,
+                            "tool_use_id": a.tool_use_id,
+                            "tool": a.tool_name,
+                            "input": a.tool_input,
+                            "reason": policy.decide(self.rules, a.tool_name, a.tool_input).reason,
+                            "expires_at": a.expires_at.isoformat() if a.expires_at else None,
+                        },
+                        session_id=self.session.pk,
+                        actor=self.owner,
+                    )
+                    for a in created
+                ]
+            )
+            notifications.notify(
+                self.run_obj,
+                "approval.requested",
+                approvals=[
+                    {"id": a.pk, "tool": a.tool_name, "input": a.tool_input} for a in created
+                ],
+            )
+        return self.approvals
+
+    def _await_approval(self, approval: Approval) -> Approval:
+        """Suspend the run until a person decides; returns at once if one already has."""
+        with transaction.atomic():
+            # Lock the run row before the last look, as deciding does (see agents.approvals).
+            Run.objects.select_for_update().filter(pk=self.run_id).first()
+            approval.refresh_from_db()
+            if approval.status != ApprovalStatus.PENDING:
+                return approval
+            waiting = Approval.objects.filter(
+                run_id=self.run_id, status=ApprovalStatus.PENDING
+            ).count()
+            lifecycle.transition(
+                self.run_id,
+                RunStatus.AWAITING_APPROVAL,
+                actor=self.owner,
+                reason=f"waiting for a person to decide {waiting} tool call(s)",
+                expect={RunStatus.RUNNING},
+                session_id=self.session.pk,
+                lease_owner=self.owner,
+            )
+        self._suspend_session()
+        raise _SliceOver("awaiting")
+
+    def _plan(self, block: dict[str, Any]) -> str:
+        """What the policy says of a call: allow, ask, deny, or invalid (bad input)."""
+        try:
+            tool_input = sandbox.validate_input(block["name"], block.get("input"))
+        except sandbox.ToolInputError:
+            return "invalid"
+        return policy.decide(self.rules, block["name"], tool_input).action
 
     def _run_tool(self, block: dict[str, Any], *, already_called: bool) -> None:
-        if not already_called:
-            self._append(self._tool_call_event(block))
-            self.conv.add_tool_call(block["id"])
         name = block["name"]
         try:
             tool_input = sandbox.validate_input(name, block.get("input"))
         except sandbox.ToolInputError as e:
             self._record_result(block, sandbox.ToolResult(output=str(e), is_error=True))
             return
+        gate = self._gate(block, tool_input)
+        if gate is None:
+            return  # denied: the reason is the tool's result
+        tool_input, approval, note = gate
+        if not already_called:
+            self._append(self._tool_call_event(block, tool_input, approval))
+            self.conv.add_tool_call(block["id"])
+        self._execute(block, name, tool_input, note)
+
+    def _execute(
+        self, block: dict[str, Any], name: str, tool_input: dict[str, Any], note: str = ""
+    ) -> None:
         if name in sandbox.WORKSPACE_TOOLS:
             result = sandbox.execute(
                 self.workspace,
@@ -507,6 +674,8 @@ class Driver:
                 output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
                 isolation=settings.SHIFTLOG["ISOLATION"] or None,
             )
+            if note:
+                result.output = f"{note}\n\n{result.output}"
             self._record_result(block, result)
         elif name == "save_artifact":
             self._record_result(block, self._save_artifact(tool_input))
@@ -695,6 +864,8 @@ class Driver:
             for seq, kind, payload in foreign:
                 if kind == EventKind.HUMAN_NOTE:
                     self.conv.apply(seq, kind, payload)
+                elif kind == EventKind.RUN_UPDATED and "tool_policy" in payload:
+                    self.rules = [*payload["tool_policy"], *settings.SHIFTLOG["TOOL_POLICY"]]
         self.known_seq = appended.events[-1].seq
         self.status = appended.status
 

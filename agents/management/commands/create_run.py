@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
@@ -35,6 +36,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--workspace-from", metavar="DIR", help="copy this folder into the workspace"
         )
+        parser.add_argument(
+            "--policy", metavar="JSON|FILE", help="tool policy rules (JSON, or a file holding them)"
+        )
+        parser.add_argument(
+            "--webhook",
+            action="append",
+            default=[],
+            metavar="URL",
+            help="POST notifications here (repeatable)",
+        )
+        parser.add_argument(
+            "--approval-timeout",
+            type=int,
+            metavar="SECONDS",
+            help="waiting approvals expire (count as denied) after this",
+        )
         parser.add_argument("--user", help="the run's owner (recorded in the log)")
         parser.add_argument("--json", action="store_true")
 
@@ -48,6 +65,18 @@ class Command(BaseCommand):
                 script = load_script(o["script"])
             except ScriptError as e:
                 raise fail(str(e)) from None
+        rules = None
+        if o["policy"]:
+            text = o["policy"]
+            if not text.lstrip().startswith("["):
+                try:
+                    text = Path(text).read_text()
+                except OSError as e:
+                    raise fail(f"--policy: cannot read {o['policy']}: {e.strerror}") from None
+            try:
+                rules = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise fail(f"--policy is not valid JSON: {e}") from None
         if not o["checks"]:
             raise fail(
                 "give at least one --check CMD: the harness runs it to decide when the run is done"
@@ -68,6 +97,9 @@ class Command(BaseCommand):
                 ),
                 max_turns_per_session=o["max_turns_per_session"],
                 workspace_from=o["workspace_from"],
+                tool_policy=rules,
+                webhook_urls=o["webhook"],
+                approval_timeout_seconds=o["approval_timeout"],
                 created_by=user,
             )
         except RunError as e:

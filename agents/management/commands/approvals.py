@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from agents.models import Approval, ApprovalStatus
+
+
+class Command(BaseCommand):
+    help = "List the tool calls waiting for a person (all runs, or one with --run)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--run", type=int, metavar="ID")
+        parser.add_argument("--all", action="store_true", help="decided ones too")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        approvals = Approval.objects.select_related("decided_by").order_by("created_at", "pk")
+        if not o["all"]:
+            approvals = approvals.filter(status=ApprovalStatus.PENDING)
+        if o["run"]:
+            approvals = approvals.filter(run_id=o["run"])
+        rows = [
+            {
+                "id": a.pk,
+                "run": a.run_id,
+                "tool": a.tool_name,
+                "input": a.tool_input,
+                "status": a.status,
+                "requested_at": a.created_at.isoformat(),
+                "expires_at": a.expires_at.isoformat() if a.expires_at else None,
+                "decided_by": a.decided_by.get_username() if a.decided_by else None,
+                "comment": a.comment,
+            }
+            for a in approvals
+        ]
+        if o["json"]:
+            self.stdout.write(json.dumps(rows, indent=2))
+            return
+        if not rows:
+            self.stdout.write("no approvals waiting")
+        for r in rows:
+            what = r["input"].get("command") if r["tool"] == "bash" else json.dumps(r["input"])
+            self.stdout.write(
+                f"approval {r['id']} (run {r['run']}, {r['status']}): {r['tool']} {what}"
+            )

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from agents.approvals import ApprovalError, decide
+from agents.management.base import acting, fail
+
+
+class Command(BaseCommand):
+    help = "Deny a waiting tool call; the reason reaches the agent as the tool's result."
+
+    def add_arguments(self, parser):
+        parser.add_argument("approval_id", type=int, metavar="ID")
+        parser.add_argument(
+            "--user", required=True, help="who decides (needs agents.decide_approval)"
+        )
+        parser.add_argument("--reason", required=True)
+
+    def handle(self, *args, **o):
+        user, _ = acting(o["user"])
+        try:
+            approval = decide(o["approval_id"], user=user, approve=False, comment=o["reason"])
+        except ApprovalError as e:
+            raise fail(str(e)) from None
+        self.stdout.write(f"approval {approval.pk} denied; run {approval.run_id} continues")
