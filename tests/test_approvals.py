@@ -1,0 +1,425 @@
+"""Human-in-the-loop: approvals that really gate, decided by people with the right to."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from agents import approvals, notifications, reaper, services
+from agents.approvals import ApprovalError, NotAllowed, decide
+from agents.models import Approval, Event, Run, RunStatus
+from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
+
+pytestmark = pytest.mark.django_db
+
+RISKY = "echo ran >> ran.txt; rm -rf build"
+
+
+def risky_run(*more_turns, **kwargs):
+    turns = [
+        {"text": "Cleaning up.", "tool_calls": [call("bash", command=RISKY)]},
+        *more_turns,
+        finish_turn(),
+    ]
+    return make_run(turns=turns, **kwargs)
+
+
+def results(run):
+    return [e.payload for e in Event.objects.filter(run=run, kind="tool.result").order_by("seq")]
+
+
+def test_a_risky_call_waits_without_running_and_without_a_worker(db):
+    run = drive_until_idle(risky_run())
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    assert not (run.workspace_path / "ran.txt").exists()  # the tool has not run
+    assert not run.lease_owner  # no worker holds it while a person thinks
+    approval = Approval.objects.get(run=run)
+    assert approval.status == "pending" and approval.tool_input["command"] == RISKY
+    requested = Event.objects.get(run=run, kind="approval.requested")
+    assert "deletes widely" in requested.payload["reason"]
+    assert not Event.objects.filter(run=run, kind="tool.call").exists()
+    assert run.sessions.get().status == "suspended"
+
+
+def test_approve_runs_the_call_exactly_once(decider):
+    run = drive_until_idle(risky_run())
+    approval = approve_pending(run, decider)[0]
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED  # the decision queued a new slice
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert (run.workspace_path / "ran.txt").read_text() == "ran\n"
+    calls = Event.objects.filter(run=run, kind="tool.call", payload__name="bash")
+    assert calls.count() == 1 and calls.get().payload["approval_id"] == approval.pk
+    decided = Event.objects.get(run=run, kind="approval.decided")
+    assert decided.actor == "user:dana" and decided.payload["decision"] == "approved"
+
+
+def test_deny_gives_the_agent_the_reason_and_it_carries_on(decider):
+    run = drive_until_idle(risky_run())
+    approval = Approval.objects.get(run=run)
+    decide(approval.pk, user=decider, approve=False, comment="keep the build folder")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert not (run.workspace_path / "ran.txt").exists()
+    denied = results(run)[0]
+    assert denied["is_error"] and "keep the build folder" in denied["output"]
+
+
+def test_edit_then_approve_runs_the_edited_command_and_records_the_diff(decider):
+    run = drive_until_idle(risky_run())
+    approval = Approval.objects.get(run=run)
+    decide(
+        approval.pk, user=decider, approve=True, edited_input={"command": "echo edited >> ran.txt"}
+    )
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert (run.workspace_path / "ran.txt").read_text() == "edited\n"
+    call_event = Event.objects.get(run=run, kind="tool.call", payload__name="bash")
+    assert call_event.payload["input"] == {"command": "echo edited >> ran.txt"}
+    diff = Event.objects.get(run=run, kind="approval.decided").payload["diff"]
+    assert "-echo ran >> ran.txt; rm -rf build" in diff and "+echo edited >> ran.txt" in diff
+    assert "edited this call" in results(run)[0]["output"]
+
+
+def test_an_invalid_edit_is_refused_and_the_approval_stays_pending(decider):
+    run = drive_until_idle(risky_run())
+    approval = Approval.objects.get(run=run)
+    with pytest.raises(ApprovalError, match="not valid for bash"):
+        decide(approval.pk, user=decider, approve=True, edited_input={"cmd": "ls"})
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+
+
+def test_a_denial_needs_a_reason(decider):
+    run = drive_until_idle(risky_run())
+    with pytest.raises(ApprovalError, match="needs a reason"):
+        decide(Approval.objects.get(run=run).pk, user=decider, approve=False, comment=" ")
+
+
+def test_several_calls_in_one_turn_are_each_decided_and_the_run_resumes_after_the_last(decider):
+    turn = {
+        "tool_calls": [
+            call("bash", command="curl -s example.com > a.txt"),
+            call("write_file", path="b.txt", content="b"),
+            call("bash", command="rm -rf old"),
+        ]
+    }
+    run = drive_until_idle(make_run(turns=[turn, finish_turn()]))
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    first, second = Approval.objects.filter(run=run).order_by("pk")
+    assert (first.tool_input["command"], second.tool_input["command"]) == (
+        "curl -s example.com > a.txt",
+        "rm -rf old",
+    )
+    decide(second.pk, user=decider, approve=True)
+    run.refresh_from_db()
+    assert run.status == RunStatus.AWAITING_APPROVAL  # still one to go
+    decide(first.pk, user=decider, approve=False, comment="no network")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    out = results(run)
+    assert [r["name"] for r in out[:3]] == ["bash", "write_file", "bash"]  # the model's order
+    assert out[0]["is_error"] and "no network" in out[0]["output"]
+
+
+def test_a_second_decision_is_refused_naming_who_decided(decider):
+    run = drive_until_idle(risky_run())
+    approval = Approval.objects.get(run=run)
+    decide(approval.pk, user=decider, approve=True)
+    with pytest.raises(ApprovalError, match="already approved by dana"):
+        decide(approval.pk, user=decider, approve=False, comment="too late")
+
+
+def test_two_people_deciding_at_once_exactly_one_wins(transactional_db):
+    from django.contrib.auth.models import Permission
+
+    perm = Permission.objects.get(codename="decide_approval")
+    people = []
+    for name in ("ann", "bob", "cyd", "dee"):
+        user = get_user_model().objects.create_user(name)
+        user.user_permissions.add(perm)
+        people.append(get_user_model().objects.get(pk=user.pk))
+    run = drive_until_idle(risky_run())
+    approval = Approval.objects.get(run=run)
+    barrier = threading.Barrier(len(people))
+    outcomes = []
+
+    def attempt(user, approve):
+        barrier.wait()
+        try:
+            decide(approval.pk, user=user, approve=approve, comment="" if approve else "no")
+            outcomes.append(("won", user.username))
+        except ApprovalError as e:
+            outcomes.append(("refused", str(e)))
+        finally:
+            from django.db import connection
+
+            connection.close()
+
+    threads = [threading.Thread(target=attempt, args=(u, i % 2 == 0)) for i, u in enumerate(people)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    winners = [o for o in outcomes if o[0] == "won"]
+    assert len(outcomes) == 4 and len(winners) == 1, outcomes
+    assert Event.objects.filter(run=run, kind="approval.decided").count() == 1
+    approval.refresh_from_db()
+    assert approval.decided_by.username == winners[0][1]
+
+
+def test_a_user_without_the_permission_cannot_decide(owner):
+    run = drive_until_idle(risky_run())
+    approval = Approval.objects.get(run=run)
+    with pytest.raises(NotAllowed, match="needs agents.decide_approval"):
+        decide(approval.pk, user=owner, approve=True)
+    with pytest.raises(CommandError, match="may not decide approvals") as info:
+        call_command("approve", str(approval.pk), "--user", "olivia")
+    assert info.value.returncode == 2
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+
+
+def test_allow_similar_adds_a_recorded_rule_and_approves_matching_waiting_calls(decider):
+    turn = {
+        "tool_calls": [call("bash", command="rm -rf build"), call("bash", command="rm -rf dist")]
+    }
+    later = {"tool_calls": [call("bash", command="rm -rf cache")]}
+    run = drive_until_idle(make_run(turns=[turn, later, finish_turn()]))
+    first, second = Approval.objects.filter(run=run).order_by("pk")
+    decide(first.pk, user=decider, approve=True, allow_similar=True)
+    second.refresh_from_db()
+    assert second.status == "approved" and "allowed by rule" in second.comment
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED  # the later rm -rf did not ask again
+    assert Approval.objects.filter(run=run).count() == 2
+    run.refresh_from_db()
+    assert run.tool_policy[0]["action"] == "allow" and run.tool_policy[0]["tool"] == "bash"
+    change = Event.objects.get(run=run, kind="run.updated")
+    assert change.actor == "user:dana" and "tool_policy" in change.payload
+
+
+def test_a_deny_rule_answers_with_a_tool_error_explaining_it(db):
+    run = risky_run(tool_policy=[{"tool": "bash", "pattern": r"rm -rf", "action": "deny"}])
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    first = results(run)[0]
+    assert (
+        first["is_error"]
+        and "Denied by the tool policy" in first["output"]
+        and "rm -rf" in first["output"]
+    )
+    assert not Approval.objects.exists()
+
+
+def test_an_ask_rule_gates_a_tool_the_classifier_would_allow(db):
+    run = make_run(
+        turns=[
+            {"tool_calls": [call("write_file", path="tests/test_x.py", content="x")]},
+            finish_turn(),
+        ],
+        tool_policy=[{"tool": "write_file", "pattern": "^tests/", "action": "ask"}],
+    )
+    assert drive_until_idle(run).status == RunStatus.AWAITING_APPROVAL
+
+
+def test_a_policy_change_while_running_is_an_event_and_takes_effect(decider):
+    run = drive_until_idle(risky_run())
+    approvals.set_policy(run.pk, [{"tool": "bash", "action": "allow"}], actor="user:dana")
+    assert Event.objects.filter(run=run, kind="run.updated").get().actor == "user:dana"
+    approve_pending(run, decider)
+    later = make_run(turns=[{"tool_calls": [call("bash", command="rm -rf x")]}, finish_turn()])
+    approvals.set_policy(later.pk, [{"tool": "bash", "action": "allow"}], actor="user:dana")
+    assert drive_until_idle(later).status == RunStatus.SUCCEEDED
+    with pytest.raises(ApprovalError, match="action must be one of"):
+        approvals.set_policy(later.pk, [{"tool": "bash", "action": "sure"}], actor="user:dana")
+
+
+def test_an_expired_approval_counts_as_denied_and_pauses_the_run(db):
+    run = drive_until_idle(risky_run(approval_timeout_seconds=60))
+    approval = Approval.objects.get(run=run)
+    assert approval.expires_at is not None
+    reaper.reap(now=timezone.now() + timedelta(seconds=61))
+    approval.refresh_from_db()
+    run.refresh_from_db()
+    assert approval.status == "expired"
+    assert run.status == RunStatus.PAUSED and "expired" in run.status_reason
+    with pytest.raises(ApprovalError, match="expired"):
+        decide(approval.pk, user=get_user_model().objects.create_superuser("su"), approve=True)
+    services.resume_run(run.pk, actor="user:olivia")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert "expired" in results(run)[0]["output"]
+    assert not (run.workspace_path / "ran.txt").exists()
+
+
+def test_no_expiry_by_default(db):
+    run = drive_until_idle(risky_run())
+    assert Approval.objects.get(run=run).expires_at is None
+
+
+def test_cli_lists_approves_and_denies_as_named_users(decider):
+    from io import StringIO
+
+    run = drive_until_idle(
+        make_run(
+            turns=[
+                {
+                    "tool_calls": [
+                        call("bash", command="rm -rf a"),
+                        call("bash", command="rm -rf b"),
+                    ]
+                },
+                finish_turn(),
+            ]
+        )
+    )
+    out = StringIO()
+    call_command("approvals", "--run", str(run.pk), stdout=out)
+    assert "rm -rf a" in out.getvalue() and "rm -rf b" in out.getvalue()
+    a, b = Approval.objects.filter(run=run).order_by("pk")
+    call_command(
+        "approve",
+        str(a.pk),
+        "--user",
+        "dana",
+        "--input",
+        '{"command": "echo a"}',
+        "--comment",
+        "safer",
+        stdout=StringIO(),
+    )
+    call_command("deny", str(b.pk), "--user", "dana", "--reason", "not b", stdout=StringIO())
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.status, a.edited_input, a.comment) == ("approved", {"command": "echo a"}, "safer")
+    assert (b.status, b.comment) == ("denied", "not b")
+    with pytest.raises(CommandError, match="not valid JSON"):
+        call_command("approve", str(a.pk), "--user", "dana", "--input", "{oops")
+    with pytest.raises(CommandError, match="no approval with id 999"):
+        call_command("deny", "999", "--user", "dana", "--reason", "x")
+
+
+def test_audit_log_names_the_user_of_every_human_action(decider, owner):
+    from io import StringIO
+
+    run = drive_until_idle(risky_run())
+    approve_pending(run, decider, comment="fine")
+    services.note_run(run.pk, "keep going", actor="user:olivia")
+    services.pause_run(run.pk, actor="user:olivia")
+    services.resume_run(run.pk, actor="user:olivia")
+    services.cancel_run(run.pk, actor="user:olivia")
+    out = StringIO()
+    call_command("audit_log", "--run", str(run.pk), "--json", stdout=out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["actor"], r["kind"]) for r in rows] == [
+        ("user:dana", "approval.decided"),
+        ("user:dana", "run.status"),
+        ("user:olivia", "human.note"),
+        ("user:olivia", "run.status"),
+        ("user:olivia", "run.status"),
+        ("user:olivia", "run.status"),
+    ]
+    text = StringIO()
+    call_command(
+        "audit_log", "--since", (timezone.now() - timedelta(minutes=5)).isoformat(), stdout=text
+    )
+    assert "approval.decided" in text.getvalue()
+    with pytest.raises(CommandError, match="is not a time"):
+        call_command("audit_log", "--since", "yesterday-ish")
+
+
+class Receiver:
+    """A local webhook receiver: answers with the given statuses in turn, records bodies."""
+
+    def __init__(self, statuses):
+        self.statuses = list(statuses)
+        self.bodies = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.bodies.append(json.loads(body))
+                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self):
+        self.server.shutdown()
+
+
+def queued_webhooks():
+    from huey.contrib.djhuey import HUEY
+
+    tasks = []
+    while (task := HUEY.dequeue()) is not None:
+        if task.name.endswith("deliver_webhook"):
+            tasks.append(task)
+    return tasks
+
+
+def test_webhooks_fire_on_an_approval_wait_and_on_success_with_a_link(
+    decider, django_capture_on_commit_callbacks
+):
+    receiver = Receiver([500, 200, 200])
+    try:
+        queued_webhooks()  # start from an empty queue
+        with django_capture_on_commit_callbacks(execute=True):
+            run = drive_until_idle(risky_run(webhook_urls=[receiver.url]))
+        tasks = queued_webhooks()
+        assert len(tasks) == 1
+        kwargs = tasks[0].kwargs
+        assert notifications.deliver(
+            kwargs["run_id"], kwargs["url"], kwargs["payload"], backoff=0.01
+        )
+        first = receiver.bodies[-1]
+        assert first["event"] == "approval.requested"
+        assert first["url"].endswith(f"/runs/{run.pk}/")
+        assert first["approvals"][0]["input"]["command"] == RISKY
+        assert len(receiver.bodies) == 2  # a 500 first: retried
+        with django_capture_on_commit_callbacks(execute=True):
+            approve_pending(run, decider)
+            drive_until_idle(run)
+        events = [t.kwargs["payload"]["event"] for t in queued_webhooks()]
+        assert events == ["run.succeeded"]
+    finally:
+        receiver.close()
+
+
+def test_a_webhook_that_keeps_failing_is_an_event_and_never_blocks_the_run(db):
+    receiver = Receiver([500, 500, 500])
+    try:
+        run = make_run(turns=[finish_turn()])
+        assert not notifications.deliver(
+            run.pk, receiver.url, {"event": "run.succeeded"}, attempts=3, backoff=0.01
+        )
+        failed = Event.objects.get(run=run, kind="notification.failed")
+        assert failed.payload["attempts"] == 3 and failed.payload["error"] == "HTTP 500"
+        assert not notifications.deliver(
+            run.pk, "http://127.0.0.1:9/nothing", {"event": "x"}, attempts=1, backoff=0
+        )
+    finally:
+        receiver.close()
+
+
+def test_bad_webhook_urls_and_policies_are_refused_at_creation(db):
+    with pytest.raises(services.RunError, match="must be an http"):
+        make_run(turns=[finish_turn()], webhook_urls=["ftp://x"])
+    with pytest.raises(services.RunError, match="tool policy: rule 1"):
+        make_run(turns=[finish_turn()], tool_policy=[{"tool": "bash", "action": "nope"}])
+    assert not Run.objects.exists()
