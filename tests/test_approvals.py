@@ -179,7 +179,7 @@ def test_two_people_deciding_at_once_exactly_one_wins(transactional_db):
 def test_a_user_without_the_permission_cannot_decide(owner):
     run = drive_until_idle(risky_run())
     approval = Approval.objects.get(run=run)
-    with pytest.raises(NotAllowed, match="needs agents.decide_approval"):
+    with pytest.raises(NotAllowed, match=r"needs agents\.decide_approval"):
         decide(approval.pk, user=owner, approve=True)
     with pytest.raises(CommandError, match="may not decide approvals") as info:
         call_command("approve", str(approval.pk), "--user", "olivia")
