@@ -39,5 +39,8 @@ class Command(BaseCommand):
             run = create_demo_run(created_by=admin)
             self.stdout.write(
                 f"Created the demo run {run.pk} (scripted, offline). Watch it with:\n"
-                f"  .venv/bin/python manage.py tail_run {run.pk} --follow"
+                f"  .venv/bin/python manage.py tail_run {run.pk} --follow\n"
+                "Its risky step waits for your approval:\n"
+                "  .venv/bin/python manage.py approvals\n"
+                f"  .venv/bin/python manage.py approve ID --user {admin.get_username()}"
             )

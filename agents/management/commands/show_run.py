@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
+
 from agents.management.base import RunCommand, get_run
 from agents.models import ApprovalStatus
 
@@ -49,6 +51,9 @@ def run_summary(run) -> dict:
             "max_wall_seconds": run.max_wall_seconds,
             "max_turns_per_session": run.max_turns_per_session,
         },
+        "tool_policy": run.tool_policy,
+        "global_tool_policy": settings.SHIFTLOG["TOOL_POLICY"],
+        "webhook_urls": run.webhook_urls,
         "sessions": sessions,
         "checkpoints": [
             {"id": c.pk, "seq": c.seq, "kind": c.kind, "label": c.label}
@@ -99,5 +104,11 @@ class Command(RunCommand):
                 w(f"    handoff: {s['handoff'].get('summary', '')}")
         for c in data["checkpoints"]:
             w(f"  checkpoint {c['id']} at #{c['seq']} ({c['kind']}) {c['label']}")
+        rules = data["tool_policy"] + data["global_tool_policy"]
+        w(f"  policy:    {len(rules)} rule(s); risky bash commands ask" if rules else "  policy:    default (risky bash commands ask)")
+        for rule in rules:
+            pattern = f" /{rule['pattern']}/" if rule.get("pattern") else ""
+            w(f"    {rule['tool']}{pattern} → {rule['action']}")
         for a in data["pending_approvals"]:
             w(f"  approval {a['id']} waiting: {a['tool']} {json.dumps(a['input'])[:100]}")
+            w(f"    decide: manage.py approve {a['id']} --user NAME  |  manage.py deny {a['id']} --user NAME --reason TEXT")
