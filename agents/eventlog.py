@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.models import Event, Run
+from agents.models import Event, Run, Session
 
 
 class LeaseLost(Exception):
@@ -122,8 +122,57 @@ def append_many(
             )
             for i, item in enumerate(new)
         ]
-        Event.objects.bulk_create(events)
+        _insert(events, now)
     return Appended(events=events, status=status)
+
+
+_EVENT_COLUMNS = ("run_id", "seq", "session_id", "kind", "actor", "payload", "created_at")
+
+
+def _insert(events: list[Event], now) -> None:
+    """INSERT the events in one statement, without the ORM's bulk_create compiler."""
+    payload_field = Event._meta.get_field("payload")
+    created_at = Event._meta.get_field("created_at").get_db_prep_save(now, connection)
+    params: list[Any] = []
+    for event in events:
+        params += [
+            event.run_id,
+            event.seq,
+            event.session_id,
+            event.kind,
+            event.actor,
+            payload_field.get_db_prep_save(event.payload, connection),
+            created_at,
+        ]
+    values = ", ".join(["(" + ", ".join(["%s"] * len(_EVENT_COLUMNS)) + ")"] * len(events))
+    sql = (
+        f"INSERT INTO {Event._meta.db_table} ({', '.join(_EVENT_COLUMNS)}) "
+        f"VALUES {values} RETURNING id, seq"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = dict((seq, pk) for pk, seq in cursor.fetchall())
+    for event in events:
+        event.pk = ids[event.seq]
+        event._state.adding = False
+        event._state.db = connection.alias
+
+
+def add_to_session(session_id: int, increments: dict[str, Any], *, last_input_tokens: int) -> None:
+    """Add a turn's usage to its session's counters: one plain UPDATE, like the run's.
+
+    (The ORM F() update took ~0.43 ms a step, almost all of it building the query; this ~0.03 ms.)
+    """
+    table = Session._meta.db_table
+    sql = f"UPDATE {table} SET last_input_tokens = %s"
+    params: list[Any] = [last_input_tokens]
+    for name, value in increments.items():
+        if name not in COUNTERS:
+            raise ValueError(f"not a session counter: {name}")
+        sql += f", {name} = {name} + %s"
+        params.append(value)
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " WHERE id = %s", [*params, session_id])
 
 
 def append(

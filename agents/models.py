@@ -60,8 +60,8 @@ class Run(models.Model):
     rubric = models.TextField(blank=True)
     provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SCRIPTED)
     model = models.CharField(max_length=100)
-    # The scripted provider's script, copied in at creation so the run can always be replayed.
-    script = models.JSONField(null=True, blank=True)
+    # The scripted provider's script lives in RunScript, copied in at creation so the run can
+    # always be replayed.
     script_name = models.CharField(max_length=200, blank=True)
 
     # Budgets (null = no limit).
@@ -148,6 +148,22 @@ class Run(models.Model):
     @property
     def is_offline(self) -> bool:
         return self.provider == Provider.SCRIPTED
+
+
+class RunScript(models.Model):
+    """The scripted provider's script, in its own row.
+
+    The run row is updated at every step (seq counter, lease, usage counters) and SQLite
+    rewrites the whole row on each UPDATE, so a script kept in it was copied twice per step.
+    """
+
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="script_row"
+    )
+    script = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"Script of run {self.run_id}"
 
 
 class SessionStatus(models.TextChoices):
@@ -240,7 +256,8 @@ class EventQuerySet(models.QuerySet):
 class Event(models.Model):
     """One entry of a run's append-only log. Write through agents.eventlog.append only."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, seq) constraint's index serves every run_id lookup.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveBigIntegerField()
     session = models.ForeignKey(
         Session, null=True, blank=True, on_delete=models.CASCADE, related_name="events"

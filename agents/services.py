@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from agents import eventlog, lifecycle, policy, queue
-from agents.models import EventKind, Provider, Run, RunStatus, Session, SessionStatus
+from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
 
@@ -137,7 +137,6 @@ def create_run(
             rubric=rubric,
             provider=provider,
             model=model,
-            script=script if provider == Provider.SCRIPTED else None,
             script_name=script_name,
             created_by=created_by,
             tool_policy=tool_policy,
@@ -145,6 +144,8 @@ def create_run(
             approval_timeout_seconds=approval_timeout_seconds,
             **fields,
         )
+        if provider == Provider.SCRIPTED:
+            RunScript.objects.create(run=run, script=script)
         workspace = run.workspace_path
         if workspace.exists():
             # A leftover from a database that was reset: never mix another run's files in.

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from agents import providers, services
-from agents.models import Artifact, Event, Run, RunStatus, Session
+from agents.models import Artifact, Event, Run, RunScript, RunStatus, Session
 from agents.runtime.conversation import Conversation
 from agents.runtime.loop import drive
 from tests.conftest import call, demo_to_success, drive_until_idle, finish_turn, kinds, make_run
@@ -390,8 +390,9 @@ def test_a_full_context_window_ends_the_session_with_a_handoff(db):
 
 def test_a_scripted_delay_simulates_model_latency(db):
     run = make_run(turns=[finish_turn()])
-    run.script["turn_delay_seconds"] = 0.3
-    run.save(update_fields=["script"])
+    row = RunScript.objects.get(run=run)
+    row.script["turn_delay_seconds"] = 0.3
+    row.save(update_fields=["script"])
     started = time.monotonic()
     assert drive_until_idle(run).status == RunStatus.SUCCEEDED
     assert time.monotonic() - started >= 0.3

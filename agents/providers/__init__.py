@@ -9,9 +9,13 @@ from agents.providers.base import Provider
 
 def for_run(run) -> Provider:
     if run.provider == "scripted":
+        from agents.models import RunScript
         from agents.providers.scripted import ScriptedProvider
 
-        return ScriptedProvider(run.script)
+        script = RunScript.objects.filter(run_id=run.pk).values_list("script", flat=True).first()
+        if script is None:
+            raise ValueError(f"run {run.pk} is scripted but has no script")
+        return ScriptedProvider(script)
     if run.provider == "anthropic":
         from agents.providers.anthropic import AnthropicProvider
 

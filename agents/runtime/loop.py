@@ -249,6 +249,8 @@ class Driver:
                 lease_owner=self.owner,
             )
             Session.objects.filter(pk=session.pk).update(first_seq=appended.events[0].seq)
+            # _rebuild reads first_seq from this object: it must not stay at the default 0.
+            session.first_seq = appended.events[0].seq
         self._absorb(appended)
         return session
 
@@ -277,8 +279,12 @@ class Driver:
     def _rebuild(self) -> None:
         if self.session.status == SessionStatus.SUSPENDED:
             Session.objects.filter(pk=self.session.pk).update(status=SessionStatus.ACTIVE)
+        # seq__gte keeps SQLite on the (run, seq) index range of this session; without it the
+        # planner walks every event of the run to satisfy ORDER BY seq (O(history) per slice).
         rows = list(
-            Event.objects.filter(run_id=self.run_id, session_id=self.session.pk)
+            Event.objects.filter(
+                run_id=self.run_id, session_id=self.session.pk, seq__gte=self.session.first_seq
+            )
             .order_by("seq")
             .values_list("seq", "kind", "payload")
         )
@@ -485,10 +491,7 @@ class Driver:
             appended = eventlog.append_many(
                 self.run_id, new, lease_owner=self.owner, increments=increments
             )
-            Session.objects.filter(pk=self.session.pk).update(
-                last_input_tokens=context_tokens,
-                **{name: F(name) + value for name, value in increments.items()},
-            )
+            eventlog.add_to_session(self.session.pk, increments, last_input_tokens=context_tokens)
         run, session = self.run_obj, self.session
         for name, value in increments.items():
             setattr(run, name, getattr(run, name) + value)
