@@ -396,3 +396,21 @@ def test_a_scripted_delay_simulates_model_latency(db):
     started = time.monotonic()
     assert drive_until_idle(run).status == RunStatus.SUCCEEDED
     assert time.monotonic() - started >= 0.3
+
+
+def test_notes_between_sessions_reach_the_next_session_once_and_break_nothing(db):
+    turns = [{"tool_calls": [call("list_files")]}] * 3 + [finish_turn()]
+    run = make_run(turns=turns, max_turns_per_session=1)
+    for text in ("first gap", "second gap"):
+        while run.sessions.filter(status="ended").count() < (1 if text == "first gap" else 2):
+            drive(run.pk)
+        services.note_run(run.pk, text, actor="user:olivia")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    firsts = [
+        Event.objects.get(session=s, kind="session.started").payload["first_message"]
+        for s in run.sessions.order_by("index")
+    ]
+    assert ["first gap" in m for m in firsts] == [False, True, False, False][: len(firsts)]
+    assert ["second gap" in m for m in firsts][2] is True
+    assert sum("second gap" in m for m in firsts) == 1
