@@ -105,10 +105,16 @@ class Command(RunCommand):
         for c in data["checkpoints"]:
             w(f"  checkpoint {c['id']} at #{c['seq']} ({c['kind']}) {c['label']}")
         rules = data["tool_policy"] + data["global_tool_policy"]
-        w(f"  policy:    {len(rules)} rule(s); risky bash commands ask" if rules else "  policy:    default (risky bash commands ask)")
+        w(
+            f"  policy:    {len(rules)} rule(s); risky bash commands ask"
+            if rules
+            else "  policy:    default (risky bash commands ask)"
+        )
         for rule in rules:
             pattern = f" /{rule['pattern']}/" if rule.get("pattern") else ""
             w(f"    {rule['tool']}{pattern} → {rule['action']}")
         for a in data["pending_approvals"]:
             w(f"  approval {a['id']} waiting: {a['tool']} {json.dumps(a['input'])[:100]}")
-            w(f"    decide: manage.py approve {a['id']} --user NAME  |  manage.py deny {a['id']} --user NAME --reason TEXT")
+            w(
+                f"    decide: manage.py approve {a['id']} --user NAME  |  manage.py deny {a['id']} --user NAME --reason TEXT"
+            )

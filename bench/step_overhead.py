@@ -1,0 +1,639 @@
+#!/usr/bin/env python
+"""Shiftlog's own cost per agent step, and how it changes as a run's history grows.
+
+    .venv/bin/python bench/step_overhead.py                 # 10,000 steps on SQLite (make bench)
+    .venv/bin/python bench/step_overhead.py --db postgres   # the same on a throwaway PostgreSQL db
+    .venv/bin/python bench/step_overhead.py --steps 2000 --quick
+    .venv/bin/python bench/step_overhead.py --profile       # adds a cProfile of one long run
+
+What runs: the real runtime (agents.runtime.loop.drive) with the scripted provider (zero model
+latency) and a trivial workspace tool (read_file of a ~200-byte file), so what is measured is the
+harness: event log appends, counters, lease renewal, conversation bookkeeping, the tool sandbox's
+input checks. One run per measurement, driven by drive(run_id, max_seconds=<large>) in a loop
+until it is no longer running. Two scenarios:
+
+  single    one session holds every step (max_turns_per_session and the input-token limit set
+            out of reach): history grows inside one context window;
+  rotating  50 turns per session: the harness asks for a handoff, the scripted provider
+            synthesises one, the session ends, drive() returns "handoff" and the next drive()
+            starts a new session (with a new slice: claim, load, rebuild). Synthesised handoff
+            turns are model turns too and are counted as steps.
+
+Per-step time comes from the model.turn events' created_at (one clock, microseconds): step k's
+time is created_at(turn k) - created_at(turn k-1), which covers one whole cycle (record the turn,
+run the tool, record its result, check limits, ask the provider, start recording the next turn).
+Windows: steps 51-150 ("~100"), 951-1,050 ("~1,000"), 9,901-10,000 ("~10,000"), all taken from the
+longest run. Database bytes come from separate runs of 100, 1,000 and N steps, each in a fresh
+database, measured after the run ended (SQLite: PRAGMA wal_checkpoint(TRUNCATE), then the size of
+the db file + -wal; PostgreSQL: pg_total_relation_size over the tables), minus the size measured
+just after create_run (so migrations and the script copied into the run row are not counted).
+
+Every measurement runs in a fresh child process with its own temporary SHIFTLOG_DATA_DIR (its
+SQLite database and SqliteHuey file; the enqueued huey tasks are never consumed), which is deleted
+afterwards. With --db postgres a database named shiftlog_bench_* is created on
+postgres://postgres@127.0.0.1:5432 and dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_SERVER = os.environ.get("SHIFTLOG_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+NOTES = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1, 5))
+
+# Measured elsewhere on this kind of machine (see /work/shared/design/FACTS.md), not in this run:
+# LangGraph 1.2 + SqliteSaver, scripted tool-calling loop, zero model latency.
+LANGGRAPH = {100: (2.7, 7_000_000), 300: (4.5, 61_000_000), 1_000: (12.0, 669_000_000)}
+
+TARGET_MS_AT_10K = 1.0
+FLAT_RATIO = 1.5  # ms/step at the last window may be at most this times the first window
+LINEAR_TOLERANCE = 0.25  # bytes/step of the longest run within 25% of the 1,000-step run
+
+
+# --- child: one run in a fresh database -----------------------------------------------------
+def _setup_django(data_dir: str, database_url: str | None) -> None:
+    os.environ["SHIFTLOG_DATA_DIR"] = data_dir
+    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    os.environ["SHIFTLOG_HUEY_IMMEDIATE"] = "false"
+    os.environ["SHIFTLOG_DEBUG"] = "false"  # DEBUG would keep every query in memory
+    os.environ.setdefault("SHIFTLOG_LOG_LEVEL", "WARNING")
+    for name in (
+        "SHIFTLOG_DB",
+        "SHIFTLOG_HUEY_DB",
+        "SHIFTLOG_WORKSPACES",
+        "SHIFTLOG_BLOBS",
+        "REDIS_URL",
+        "DATABASE_URL",
+    ):
+        os.environ.pop(name, None)
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def _script(steps: int, tool: str) -> dict:
+    inputs = {
+        "read_file": {"path": "notes.txt"},
+        "list_files": {"path": "."},
+        "bash": {"command": "cat notes.txt"},
+    }
+    turns = [
+        {
+            "text": f"Step {i}: reading the notes again.",
+            "tool_calls": [{"name": tool, "input": inputs[tool]}],
+        }
+        for i in range(1, steps)
+    ]
+    turns.append(
+        {"text": "Done.", "tool_calls": [{"name": "finish", "input": {"summary": "done"}}]}
+    )
+    return {"name": "bench", "description": "step overhead benchmark", "turns": turns}
+
+
+def _db_bytes() -> int:
+    from django.conf import settings
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        name = Path(settings.DATABASES["default"]["NAME"])
+        return sum(p.stat().st_size for p in (name, Path(f"{name}-wal")) if p.exists())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind = 'r'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _window(deltas: dict[int, float], first: int, last: int) -> dict | None:
+    values = [deltas[k] for k in range(first, last + 1) if k in deltas]
+    if len(values) < 2:
+        return None
+    ordered = sorted(values)
+    return {
+        "from": first,
+        "to": min(last, max(deltas)),
+        "n": len(values),
+        "median_ms": statistics.median(values),
+        "p90_ms": statistics.quantiles(values, n=10, method="inclusive")[8],
+        "mean_ms": statistics.fmean(values),
+        "max_ms": ordered[-1],
+    }
+
+
+def child(args: argparse.Namespace) -> dict:
+    data_dir = tempfile.mkdtemp(prefix="shiftlog-bench-")
+    try:
+        _setup_django(data_dir, args.database_url)
+        return _measure(args, Path(data_dir))
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
+    from django.db import connection
+
+    from agents.models import Event, EventKind, Run, RunStatus, Session
+    from agents.runtime.loop import drive
+    from agents.services import Budgets, create_run
+
+    source = data_dir / "source"
+    source.mkdir()
+    (source / "notes.txt").write_text(NOTES)
+    per_session = 1_000_000 if args.scenario == "single" else args.turns_per_session
+    script = _script(args.steps, args.tool)
+    run = create_run(
+        goal="Benchmark: read the notes file over and over.",
+        checks=["true"],
+        script=script,
+        script_name="bench",
+        budgets=Budgets(max_sessions=1_000_000),
+        max_turns_per_session=per_session,
+        max_input_tokens_per_session=2_000_000_000,
+        workspace_from=source,
+    )
+    baseline = _db_bytes()
+
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    slices = 0
+    started_at = time.time()
+    started = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    while True:
+        outcome = drive(run.pk, max_seconds=1e9)
+        slices += 1
+        if outcome.result == "not-claimed":
+            raise SystemExit(f"run {run.pk}: drive() could not claim the run")
+        if outcome.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+            break
+    if profiler:
+        profiler.disable()
+    wall = time.perf_counter() - started
+    ended_at = time.time()
+
+    final = _db_bytes()
+    run.refresh_from_db()
+    rows = list(
+        Event.objects.filter(run_id=run.pk, kind=EventKind.MODEL_TURN)
+        .order_by("seq")
+        .values_list("created_at", "session_id")
+    )
+    times = [created.timestamp() for created, _ in rows]
+    deltas = {k + 1: (times[k] - times[k - 1]) * 1000 for k in range(1, len(times))}
+    windows = {}
+    for label, (first, last) in {
+        "100": (51, 150),
+        "1000": (951, 1050),
+        str(args.steps): (max(2, args.steps - 99), args.steps),
+    }.items():
+        if last <= len(times):
+            windows[label] = _window(deltas, first, last)
+    # The first step of each later session includes ending the slice and starting the next one.
+    boundaries = [k + 1 for k in range(1, len(rows)) if rows[k][1] != rows[k - 1][1]]
+    rotation = [deltas[k] for k in boundaries]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), coalesce(sum(length(CAST(payload AS TEXT))), 0) "
+            "FROM agents_event WHERE run_id = %s",
+            [run.pk],
+        )
+        events, payload_chars = cursor.fetchone()
+    result = {
+        "scenario": args.scenario,
+        "tool": args.tool,
+        "steps": len(times),
+        "scripted_turns": args.steps,
+        "status": run.status,
+        "status_reason": run.status_reason,
+        "slices": slices,
+        "sessions": Session.objects.filter(run_id=run.pk).count(),
+        "events": events,
+        "payload_chars": int(payload_chars),
+        # The script as kept in the run row (each UPDATE of that row rewrites it on SQLite).
+        "script_json_bytes": len(json.dumps(getattr(Run.objects.get(pk=run.pk), "script", None))),
+        "wall_s": wall,
+        "ms_per_step_wall": wall * 1000 / max(len(times), 1),
+        "median_all_ms": statistics.median(deltas.values()) if deltas else None,
+        "mean_all_ms": statistics.fmean(deltas.values()) if deltas else None,
+        "max_ms": max(deltas.values()) if deltas else None,
+        "before_first_turn_ms": (times[0] - started_at) * 1000 if times else None,
+        "after_last_turn_ms": (ended_at - times[-1]) * 1000 if times else None,
+        "windows": windows,
+        "rotation_ms": {
+            "n": len(rotation),
+            "median_first10": statistics.median(rotation[:10]) if rotation else None,
+            "median_last10": statistics.median(rotation[-10:]) if rotation else None,
+            # Least-squares slope of rotation cost against the step it happened at.
+            "slope_ms_per_1000_steps": (
+                statistics.linear_regression(boundaries, rotation).slope * 1000
+                if len(rotation) >= 3
+                else None
+            ),
+        },
+        "db_baseline_bytes": baseline,
+        "db_final_bytes": final,
+        "db_growth_bytes": final - baseline,
+        "vendor": connection.vendor,
+    }
+    if connection.vendor == "postgresql":
+        result["server_version"] = connection.pg_version
+    if profiler:
+        import io
+        import pstats
+
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out).strip_dirs()
+        stats.sort_stats("tottime").print_stats(args.profile_lines)
+        stats.sort_stats("cumulative").print_stats(args.profile_lines)
+        result["profile"] = out.getvalue()
+    return result
+
+
+# --- parent: orchestrate, print ------------------------------------------------------------
+def _pg_available() -> tuple[bool, str]:
+    try:
+        import psycopg
+    except ImportError:
+        return False, "psycopg is not installed"
+    try:
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3):
+            return True, ""
+    except Exception as e:  # any failure means "not answering"
+        return False, f"{type(e).__name__}: {e}".strip()
+
+
+def _pg_admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def _run_child(options: dict, db: str) -> dict:
+    database_url = None
+    db_name = None
+    if db == "postgres":
+        db_name = f"shiftlog_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        _pg_admin(f'CREATE DATABASE "{db_name}"')
+        database_url = f"{PG_SERVER}/{db_name}"
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--scenario",
+        options["scenario"],
+        "--steps",
+        str(options["steps"]),
+        "--tool",
+        options["tool"],
+        "--turns-per-session",
+        str(options["turns_per_session"]),
+    ]
+    if options.get("profile"):
+        command += ["--profile", "--profile-lines", str(options["profile_lines"])]
+    if database_url:
+        command += ["--database-url", database_url]
+    label = f"{options['scenario']}/{options['tool']}/{options['steps']} steps on {db}"
+    print(f"  running {label} ...", end="", flush=True, file=sys.stderr)
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    finally:
+        if db_name:
+            _pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+    elapsed = time.perf_counter() - started
+    print(f" {elapsed:.1f} s", file=sys.stderr)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"benchmark child failed: {label}")
+    if proc.stderr.strip():
+        sys.stderr.write(proc.stderr)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    result = json.loads(line[len("RESULT ") :])
+    if result["status"] != "succeeded":
+        raise SystemExit(f"{label}: run ended {result['status']}: {result['status_reason']}")
+    return result
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB" if n < 1e8 else f"{n / 1e6:.0f} MB"
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _machine(db_results: list[dict]) -> list[str]:
+    import sqlite3
+
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import django
+
+        django_version = django.get_version()
+    except ImportError:
+        django_version = "?"
+    lines = [
+        f"machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, {platform.platform()}",
+        f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"Django {django_version}",
+    ]
+    pg = {r.get("server_version") for r in db_results if r.get("server_version")}
+    if pg:
+        v = pg.pop()
+        lines.append(f"PostgreSQL server {v // 10000}.{v % 10000}")
+    return lines
+
+
+def _report(db: str, scenario: str, longest: dict, sized: dict[int, dict], steps: int) -> list[str]:
+    out = []
+    title = {
+        "single": "one session holds every step",
+        "rotating": f"sessions of {OPTIONS['turns_per_session']} turns, "
+        "handoff and new slice between them",
+    }[scenario]
+    out.append(f"### {db}, {scenario}: {title} (tool: {longest['tool']})")
+    out.append("")
+    out.append(
+        "| step | window | ms/step median | p90 | mean | DB growth (fresh run of N steps) "
+        "| bytes/step | LangGraph ms/step* | LangGraph DB* |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    targets = sorted({(n, str(n)) for n in (100, 1_000, steps) if n <= steps})
+    for n, key in targets:
+        w = longest["windows"].get(key)
+        sized_run = sized.get(n)
+        growth = sized_run["db_growth_bytes"] if sized_run else None
+        per = growth / sized_run["steps"] if sized_run else None
+        lg = LANGGRAPH.get(n)
+        span = f"{w['from']:,}-{w['to']:,}" if w else "-"
+        out.append(
+            f"| ~{n:,} | {span} "
+            f"| {_fmt(w and w['median_ms'])} | {_fmt(w and w['p90_ms'])} "
+            f"| {_fmt(w and w['mean_ms'])} "
+            f"| {_mb(growth) if growth is not None else '-'} "
+            f"| {f'{per:,.0f}' if per is not None else '-'} "
+            f"| {lg[0] if lg else 'not measured'} | {_mb(lg[1]) if lg else 'not measured'} |"
+        )
+    out.append("")
+    out.append(
+        "*LangGraph 1.2 + SqliteSaver, measured elsewhere on this kind of machine (FACTS.md), "
+        "not in this run; it also gave 4.5 ms/step and 61 MB at 300 steps; 10,000 steps were "
+        "not measured (its checkpoint grows with history, so cost is quadratic in total)."
+    )
+    out.append("")
+    rot = longest["rotation_ms"]
+    out.append(
+        f"longest run: {longest['steps']:,} steps ({longest['scripted_turns']:,} scripted turns), "
+        f"{longest['sessions']} session(s), {longest['slices']} drive() slice(s), "
+        f"{longest['events']:,} events; wall {longest['wall_s']:.2f} s = "
+        f"{longest['ms_per_step_wall']:.3f} ms/step overall; over all steps: median "
+        f"{longest['median_all_ms']:.3f} ms, mean {longest['mean_all_ms']:.3f} ms, max "
+        f"{longest['max_ms']:.1f} ms; {longest['before_first_turn_ms']:.0f} ms before the first "
+        f"turn, {longest['after_last_turn_ms']:.0f} ms after the last (finish runs the check)"
+    )
+    if rot["n"]:
+        out.append(
+            f"session rotation (first step of a new session: end slice, enqueue, claim, load run, "
+            f"new session, rebuild): median {rot['median_first10']:.2f} ms over the first 10 "
+            f"rotations, {rot['median_last10']:.2f} ms over the last 10 ({rot['n']} in all)"
+            + (
+                f"; fitted growth {rot['slope_ms_per_1000_steps']:+.3f} ms per 1,000 steps of "
+                "history"
+                if rot["slope_ms_per_1000_steps"] is not None
+                else ""
+            )
+        )
+    own = ", ".join(
+        f"{n:,} steps: {r['ms_per_step_wall']:.3f} ms/step wall, "
+        f"{r['db_growth_bytes'] / r['steps']:,.0f} B/step "
+        f"(payload {r['payload_chars'] / r['steps']:,.0f} chars/step), script "
+        f"{_mb(r['script_json_bytes'])} in the run row"
+        for n, r in sorted(sized.items())
+    )
+    out.append(f"separate fresh-database runs: {own}")
+    return out
+
+
+def _verdict(longest: dict, sized: dict[int, dict], steps: int, db: str) -> list[str]:
+    lines = []
+    first = longest["windows"].get("100")
+    last = longest["windows"].get(str(steps))
+    if last is None or first is None:
+        return ["targets: not judged (need at least 150 steps)"]
+    fast = last["median_ms"] < TARGET_MS_AT_10K
+    ratio = last["median_ms"] / first["median_ms"]
+    flat = ratio <= FLAT_RATIO
+    lines.append(
+        f"- under {TARGET_MS_AT_10K:g} ms/step at step {steps:,}: "
+        f"{'MET' if fast else 'NOT MET'} (median {last['median_ms']:.3f} ms"
+        f"{'' if db == 'sqlite' else '; the target is stated for SQLite'})"
+    )
+    lines.append(
+        f"- flat in history length: {'MET' if flat else 'NOT MET'} (median at ~{steps:,} is "
+        f"{ratio:.2f}x the median at ~100; allowed {FLAT_RATIO}x)"
+    )
+    smaller = [n for n in sorted(sized) if n < steps]
+    if smaller:
+        ref = 1_000 if 1_000 in smaller else smaller[-1]
+        a = sized[ref]["db_growth_bytes"] / sized[ref]["steps"]
+        b = sized[steps]["db_growth_bytes"] / sized[steps]["steps"]
+        linear = abs(b - a) / a <= LINEAR_TOLERANCE
+        lines.append(
+            f"- database growth linear in steps: {'MET' if linear else 'NOT MET'} "
+            f"({a:,.0f} B/step over {ref:,} steps, {b:,.0f} B/step over {steps:,}; allowed "
+            f"±{LINEAR_TOLERANCE:.0%})"
+        )
+    else:
+        lines.append("- database growth linear in steps: not judged (--quick: one size only)")
+    return lines
+
+
+OPTIONS: dict = {}
+
+
+def parent(args: argparse.Namespace) -> int:
+    OPTIONS.update(turns_per_session=args.turns_per_session, profile_lines=args.profile_lines)
+    dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    notes = []
+    if "postgres" in dbs:
+        ok, why = _pg_available()
+        if not ok:
+            notes.append(f"PostgreSQL at {PG_SERVER} did not answer ({why}); skipped it.")
+            dbs.remove("postgres")
+    scenarios = ["single", "rotating"] if args.scenario == "both" else [args.scenario]
+    sizes = sorted({n for n in (100, 1_000, args.steps) if n <= args.steps})
+    if args.quick:
+        sizes = [args.steps]
+    started = time.perf_counter()
+    all_results = []
+    sections = []
+    verdicts = []
+    for db in dbs:
+        for scenario in scenarios:
+            sized = {}
+            for n in sizes:
+                sized[n] = _run_child(
+                    {
+                        "scenario": scenario,
+                        "steps": n,
+                        "tool": args.tool,
+                        "turns_per_session": args.turns_per_session,
+                    },
+                    db,
+                )
+                all_results.append(sized[n])
+            longest = sized[args.steps]
+            sections += [*_report(db, scenario, longest, sized, args.steps), ""]
+            verdicts.append(f"{db}, {scenario}:")
+            verdicts += _verdict(longest, sized, args.steps, db)
+        if args.bash_steps:
+            bash = _run_child(
+                {
+                    "scenario": "single",
+                    "steps": args.bash_steps,
+                    "tool": "bash",
+                    "turns_per_session": args.turns_per_session,
+                },
+                db,
+            )
+            all_results.append(bash)
+            windows = bash["windows"]
+            w = windows.get("100") if args.bash_steps >= 150 else windows.get(str(args.bash_steps))
+            sections.append(
+                f"side figure ({db}): bash `cat notes.txt` as the tool, {bash['steps']} steps, one "
+                f"session: median {_fmt(w and w['median_ms'])} ms/step, p90 "
+                f"{_fmt(w and w['p90_ms'])} ms (steps {w['from']}-{w['to']}); the process spawn "
+                f"dominates, which is why the main figure uses read_file"
+                if w
+                else f"side figure ({db}): bash run too short to measure"
+            )
+            sections.append("")
+    profile_text = ""
+    if args.profile:
+        prof = _run_child(
+            {
+                "scenario": "single",
+                "steps": args.steps,
+                "tool": args.tool,
+                "turns_per_session": args.turns_per_session,
+                "profile": True,
+                "profile_lines": args.profile_lines,
+            },
+            dbs[0],
+        )
+        profile_text = prof["profile"]
+    total = time.perf_counter() - started
+
+    print(f"# Shiftlog step overhead: {args.steps:,} steps, scripted provider, tool {args.tool}")
+    print()
+    for line in _machine(all_results):
+        print(f"- {line}")
+    print()
+    for note in notes:
+        print(note)
+        print()
+    print(
+        "ms/step: created_at(model.turn k) - created_at(model.turn k-1) over the window, from "
+        f"the {args.steps:,}-step run. DB growth: separate runs of "
+        f"{', '.join(f'{n:,}' for n in sizes)} steps, each in a fresh database, measured after "
+        "the run (SQLite: after PRAGMA wal_checkpoint(TRUNCATE), db + -wal file; PostgreSQL: "
+        "pg_total_relation_size of the tables), minus the size right after create_run."
+    )
+    print()
+    for line in sections:
+        print(line)
+    print(
+        "## Targets (flat in history length, < 1 ms/step at step 10,000 on SQLite, "
+        "linear database growth)"
+    )
+    print()
+    for line in verdicts:
+        print(line)
+    print()
+    print(f"benchmark total time: {total:.1f} s")
+    if profile_text:
+        print()
+        print("## cProfile of one single-session run (profiling slows it down)")
+        print()
+        print(profile_text)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=10_000, help="steps in the longest run")
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--scenario", choices=["single", "rotating", "both"], default="both")
+    parser.add_argument(
+        "--tool",
+        choices=["read_file", "list_files", "bash"],
+        default="read_file",
+        help="the trivial tool every step calls (bash: process spawn dominates)",
+    )
+    parser.add_argument(
+        "--turns-per-session", type=int, default=50, help="session length in the rotating scenario"
+    )
+    parser.add_argument(
+        "--bash-steps", type=int, default=300, help="steps of the bash side figure (0: skip it)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the longest run per scenario (no 100/1,000-step size runs)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile one single-session run with cProfile"
+    )
+    parser.add_argument("--profile-lines", type=int, default=30)
+    # Internal: one measurement in this process.
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2")
+    if args.child:
+        result = child(args)
+        print("RESULT " + json.dumps(result))
+        return 0
+    return parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
