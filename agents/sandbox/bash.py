@@ -84,13 +84,28 @@ def _argv(command: str, workspace: Workspace, env: dict[str, str], isolation: st
     argv = [
         _bwrap_binary() or "bwrap",
         *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
-        # After --tmpfs /tmp, so a workspace that lives under /tmp is not hidden by it.
+        # After --tmpfs /tmp, so a Python or a workspace that lives under /tmp is not hidden.
+        *_python_binds(),
         *("--bind", ws, ws, "--chdir", ws),
         *("--unshare-all", "--die-with-parent", "--clearenv"),
     ]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "/bin/sh", "-c", command]
+
+
+def _python_binds() -> list[str]:
+    """Read-only binds for the running Python's folders that /tmp's tmpfs would hide (a checkout
+    or virtualenv under /tmp): tools are promised the venv's python on PATH."""
+    folders = {os.path.dirname(sys.executable), sys.prefix, sys.base_prefix}
+    binds: list[str] = []
+    for folder in sorted(f for f in folders if f == "/tmp" or f.startswith("/tmp/")):
+        if os.path.isdir(folder):
+            binds += ["--ro-bind", folder, folder]
+        real = os.path.realpath(folder)
+        if real != folder and (real.startswith("/tmp/")) and os.path.isdir(real):
+            binds += ["--ro-bind", real, real]
+    return binds
 
 
 def _limit(which: int, value: int) -> None:
