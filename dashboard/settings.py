@@ -174,6 +174,13 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "/admin/login/"
 LOGIN_REDIRECT_URL = "/"
 
+# --- dashboard (live UI) ---------------------------------------------------------------------
+# The dashboard's own login page; every page's header shows the live count of waiting approvals.
+LOGIN_URL = "login"
+LOGOUT_REDIRECT_URL = "login"
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("dashboard.context_processors.header")
+# --- end dashboard ---------------------------------------------------------------------------
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False

@@ -1,12 +1,45 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from dashboard import views
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", views.runs, name="home"),
+    path("runs/new/", views.new_run, name="run-new"),
+    path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/events/", views.run_events, name="run-events"),
+    *[
+        path(
+            f"runs/<int:run_id>/{action}",
+            views.run_control,
+            {"action": action},
+            name=f"run-{action}",
+        )
+        for action in ("pause", "resume", "cancel")
+    ],
+    path("runs/<int:run_id>/note", views.run_note, name="run-note"),
+    path("runs/<int:run_id>/policy", views.run_policy, name="run-policy"),
+    path(
+        "runs/<int:run_id>/artifacts/<int:artifact_id>/",
+        views.artifact_view,
+        name="artifact",
+    ),
+    path(
+        "runs/<int:run_id>/artifacts/<int:artifact_id>/download",
+        views.artifact_download,
+        name="artifact-download",
+    ),
+    path("approvals/", views.approvals_inbox, name="approvals"),
+    path("approvals/<int:approval_id>/decide", views.approval_decide, name="approval-decide"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(template_name="registration/login.html"),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("login/<uidb64>/<token>/", views.login_link, name="login-link"),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.conf import settings
+
+from agents.models import Provider
+from agents.providers.scripted import ScriptError, validate_script
+from agents.services import DEMO_CHECKS, DEMO_GOAL
+
+SCRIPT_LIMIT = 1_000_000
+
+
+def provider_choices() -> list[tuple[str, str]]:
+    choices = [(Provider.SCRIPTED.value, "scripted · offline (no model is called)")]
+    if settings.SHIFTLOG.get("ANTHROPIC_API_KEY"):
+        choices.append((Provider.ANTHROPIC.value, "Anthropic"))
+    return choices
+
+
+class NewRunForm(forms.Form):
+    goal = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
+    checks = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One shell command a line; the harness runs them when the agent says it is done.",
+    )
+    provider = forms.ChoiceField(choices=provider_choices, initial=Provider.SCRIPTED)
+    script = forms.FileField(
+        required=False,
+        help_text="A JSON script for the scripted provider; empty: the built-in demo.",
+    )
+    model = forms.CharField(required=False, max_length=100, help_text="Empty: the default.")
+    max_sessions = forms.IntegerField(required=False, min_value=1, initial=10)
+    max_tokens = forms.IntegerField(required=False, min_value=1)
+    max_cost_usd = forms.DecimalField(
+        required=False, min_value=0, max_digits=12, decimal_places=6, label="Max cost (USD)"
+    )
+    max_wall_seconds = forms.IntegerField(required=False, min_value=1)
+    max_turns_per_session = forms.IntegerField(required=False, min_value=1)
+    tool_policy = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text='JSON rules, e.g. [{"tool": "bash", "pattern": "^pip install", "action": "ask"}]',
+    )
+
+    @classmethod
+    def demo(cls) -> NewRunForm:
+        return cls(
+            initial={
+                "goal": DEMO_GOAL,
+                "checks": "\n".join(DEMO_CHECKS),
+                "max_turns_per_session": 4,
+            }
+        )
+
+    def clean_checks(self) -> list[str]:
+        return [c.strip() for c in self.cleaned_data["checks"].splitlines() if c.strip()]
+
+    def clean_script(self) -> dict | None:
+        upload = self.cleaned_data.get("script")
+        if not upload:
+            return None
+        if upload.size > SCRIPT_LIMIT:
+            raise forms.ValidationError("the script is larger than 1 MB")
+        try:
+            script = json.loads(upload.read().decode("utf-8"))
+            validate_script(script)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise forms.ValidationError(f"not a JSON file: {e}") from None
+        except ScriptError as e:
+            raise forms.ValidationError(str(e)) from None
+        return script
+
+    def clean_tool_policy(self) -> list:
+        raw = self.cleaned_data["tool_policy"].strip()
+        if not raw:
+            return []
+        try:
+            rules = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise forms.ValidationError(f"not valid JSON: {e}") from None
+        if not isinstance(rules, list):
+            raise forms.ValidationError("a tool policy is a JSON list of rules")
+        return rules
+
+    def clean(self):
+        data = super().clean()
+        if data.get("script") and data.get("provider") != Provider.SCRIPTED:
+            self.add_error("script", "a script is only for the scripted provider")
+        return data
+
+
+class PolicyForm(forms.Form):
+    rules = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}))
+
+    def clean_rules(self) -> list:
+        try:
+            rules = json.loads(self.cleaned_data["rules"])
+        except json.JSONDecodeError as e:
+            raise forms.ValidationError(f"not valid JSON: {e}") from None
+        if not isinstance(rules, list):
+            raise forms.ValidationError("a tool policy is a JSON list of rules")
+        return rules

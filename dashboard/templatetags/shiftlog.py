@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import json
+
+from django import template
+
+from dashboard import stream
+
+register = template.Library()
+
+
+@register.filter
+def approval_diff(approval) -> list[tuple[str, str]]:
+    return stream.diff_lines(stream.approval_diff(approval))
+
+
+@register.filter
+def diff_lines(text: str) -> list[tuple[str, str]]:
+    return stream.diff_lines(text or "")
+
+
+@register.filter
+def edit_value(approval) -> str:
+    return stream.edit_value(approval)
+
+
+@register.filter
+def pretty_json(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def is_long(text) -> bool:
+    return stream.is_long(str(text or ""))
+
+
+@register.filter
+def head(text) -> str:
+    return stream.head(str(text or ""))
+
+
+@register.filter
+def line_count(text) -> int:
+    return str(text or "").count("\n") + 1

@@ -1,0 +1,55 @@
+// Shiftlog: the small bit of glue htmx's ws extension needs for a gap-free live page.
+(function () {
+  "use strict";
+  var opened = false;
+
+  function maxSeq() {
+    var max = 0;
+    document.querySelectorAll("#events [data-seq]").forEach(function (el) {
+      var seq = parseInt(el.getAttribute("data-seq"), 10);
+      if (seq > max) max = seq;
+    });
+    return max;
+  }
+
+  // The ws-connect URL is read once; a reconnect must ask for what came after the newest event
+  // the page holds now, not after the one it held when it loaded (that would replay, doubled).
+  htmx.createWebSocket = function (url) {
+    var u = new URL(url, window.location.href);
+    u.protocol = window.location.protocol === "https:" ? "wss:" : "ws:";
+    if (document.getElementById("events")) u.searchParams.set("after", String(maxSeq()));
+    if (opened) u.searchParams.set("reconnect", "1");
+    var socket = new WebSocket(u.toString(), []);
+    socket.binaryType = htmx.config.wsBinaryType;
+    return socket;
+  };
+
+  function setState(text, cls) {
+    var el = document.getElementById("live-state");
+    if (!el) return;
+    el.textContent = text;
+    el.className = "live-state " + cls;
+  }
+
+  var stuckToBottom = true;
+  document.addEventListener("htmx:wsOpen", function () { opened = true; setState("live", "on"); });
+  document.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "retry"); });
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    var s = document.getElementById("stream");
+    stuckToBottom = !s || s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var s = document.getElementById("stream");
+    if (s && stuckToBottom) s.scrollTop = s.scrollHeight;
+    var rows = document.getElementById("run-rows");
+    if (rows && rows.querySelector("tr[id^=run-]")) {
+      var empty = rows.querySelector("tr.empty");
+      if (empty) empty.remove();
+    }
+    var list = document.getElementById("approval-list");
+    if (list && list.querySelector(".approval")) {
+      var none = document.getElementById("no-approvals");
+      if (none) none.remove();
+    }
+  });
+})();
