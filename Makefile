@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: run test setup lint format bench clean system-deps
+.PHONY: run test setup lint format bench clean system-deps browser
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) \
 	  || echo "note: bubblewrap (bwrap) is not installed; bash tools run without a network sandbox"; }
+	@$(MAKE) --no-print-directory browser
+
+# The browser tests drive Debian's chromium through the playwright package (never a Playwright
+# browser download); without it they are skipped with a note.
+browser:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null 2>&1)) \
+	  || echo "note: chromium is not installed; the browser tests are skipped"; }
 
 run: setup system-deps
 	$(PY) manage.py migrate --noinput -v0

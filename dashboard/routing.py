@@ -1,4 +1,14 @@
 from __future__ import annotations
 
-# WebSocket routes; the live dashboard adds its consumers here.
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from dashboard.consumers import LiveConsumer
+
+# One socket per page (see dashboard.consumers); asgi.py wraps these in
+# AllowedHostsOriginValidator(AuthMiddlewareStack(...)).
+websocket_urlpatterns = [
+    path("ws/live/", LiveConsumer.as_asgi(), {"mode": "page"}),
+    path("ws/live/runs/", LiveConsumer.as_asgi(), {"mode": "list"}),
+    path("ws/live/approvals/", LiveConsumer.as_asgi(), {"mode": "approvals"}),
+    path("ws/live/runs/<int:run_id>/", LiveConsumer.as_asgi(), {"mode": "run"}),
+]

@@ -1,0 +1,246 @@
+"""One WebSocket per page. Every socket gets the header's approval count; the runs list its
+rows, the approvals inbox its cards, a run page its events, header, meters and side panels.
+
+What is pushed is the pages' own template partials, swapped out-of-band by id. A run page's
+socket is gap-free: it starts after the seq the page holds (`?after=`, rewritten by the page's
+script on every reconnect), sends each event once, in order, and reads any gap from the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from agents.models import Approval, Run, RunStatus
+from dashboard import access, live, stream
+
+CATCH_UP_CHUNK = 500
+SIDE_KINDS = live.ROW_KINDS | {
+    "artifact.saved",
+    "checkpoint.created",
+    "budget.warning",
+    "budget.exceeded",
+}
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    mode = "page"  # page | list | approvals | run
+
+    async def connect(self) -> None:
+        self.user = self.scope.get("user")
+        if self.user is None or not self.user.is_authenticated:
+            await self.close()  # before accept: the handshake is refused (403)
+            return
+        query = {k: v[-1] for k, v in parse_qs(self.scope["query_string"].decode()).items()}
+        self.query = query
+        self.reconnect = query.get("reconnect") == "1"
+        self.mode = self.scope["url_route"]["kwargs"].get("mode", "page")
+        self.sees_all = await database_sync_to_async(access.sees_all)(self.user)
+        self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
+        if self.run_id is not None:
+            self.mode = "run"
+            found = await database_sync_to_async(self._load_run)(self.run_id)
+            if found is None:
+                await self.close()
+                return
+            self.rights, last_seq = found
+            try:
+                self.last_seq = max(0, int(query.get("after", last_seq)))
+            except ValueError:
+                self.last_seq = last_seq
+        # The tailer's starting point is fixed before the catch-up below reads the database,
+        # and the groups are joined before it too: whatever the catch-up misses arrives live.
+        await live.tailer.ensure_running()
+        await self.channel_layer.group_add(live.RUNS_GROUP, self.channel_name)
+        if self.mode == "run":
+            await self.channel_layer.group_add(live.run_group(self.run_id), self.channel_name)
+        await self.accept()
+        if self.mode == "run":
+            await self._catch_up(always_side=self.reconnect)
+        if self.reconnect:
+            html = await database_sync_to_async(self._refresh)()
+            if html:
+                await self.send(text_data=html)
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(live.RUNS_GROUP, self.channel_name)
+        if getattr(self, "run_id", None) is not None:
+            await self.channel_layer.group_discard(live.run_group(self.run_id), self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        pass  # the page only listens; actions go through POSTs with CSRF
+
+    # --- a run's events ----------------------------------------------------------------------
+    async def run_events(self, message: dict[str, Any]) -> None:
+        events = [e for e in message["events"] if e["seq"] > self.last_seq]
+        if not events:
+            return  # already sent (by the catch-up, or before a reconnect)
+        contiguous = all(e["seq"] == self.last_seq + 1 + i for i, e in enumerate(events))
+        if not contiguous:
+            await self._catch_up()  # a dropped message: read the gap from the database
+            return
+        html = await database_sync_to_async(self._render_events)(events)
+        self.last_seq = events[-1]["seq"]
+        await self.send(text_data=html)
+
+    async def _catch_up(self, *, always_side: bool = False) -> None:
+        while True:
+            html, last, count = await database_sync_to_async(self._render_from_db)(
+                self.last_seq, always_side
+            )
+            if html:
+                await self.send(text_data=html)
+            self.last_seq = max(self.last_seq, last)
+            always_side = False
+            if count < CATCH_UP_CHUNK:
+                return
+
+    def _load_run(self, run_id: int):
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None or not access.can_see(self.user, run):
+            return None
+        return access.Rights.of(self.user, run), run.last_seq
+
+    def _render_from_db(self, after: int, always_side: bool) -> tuple[str, int, int]:
+        rows = stream.after(self.run_id, after, limit=CATCH_UP_CHUNK)
+        if not rows and not always_side:
+            return "", after, 0
+        html = render_run_push(self.run_id, rows, self.rights, side=True)
+        return html, rows[-1].seq if rows else after, len(rows)
+
+    def _render_events(self, events: list[dict[str, Any]]) -> str:
+        key = ("run", self.run_id, events[0]["seq"], events[-1]["seq"], self.rights)
+
+        def render() -> str:
+            rows = stream.attach_approvals([stream.from_message(e) for e in events])
+            side = any(r.kind in SIDE_KINDS for r in rows)
+            return render_run_push(self.run_id, rows, self.rights, side=side)
+
+        return live.cache.get_or_render(key, render)
+
+    # --- lists, inbox, header count ----------------------------------------------------------
+    async def runs_changed(self, message: dict[str, Any]) -> None:
+        runs = [r for r in message["runs"] if self.sees_all or r["owner"] == self.user.pk]
+        if not runs:
+            return
+        html = await database_sync_to_async(self._render_runs)(runs)
+        if html:
+            await self.send(text_data=html)
+
+    def _render_runs(self, runs: list[dict[str, Any]]) -> str:
+        parts = []
+        approvals = [a for r in runs for a in r["approvals"]]
+        if approvals:
+            parts.append(self._count())
+        if self.mode == "list":
+            for r in runs:
+                key = ("row", r["id"], r["seq"], r["created"] and self._shows_new_rows())
+                parts.append(live.cache.get_or_render(key, lambda r=r: self._row(r)))
+        elif self.mode == "approvals" and approvals:
+            parts.append(self._cards(approvals))
+        return "".join(parts)
+
+    def _shows_new_rows(self) -> bool:
+        return (
+            self.query.get("page", "1") == "1"
+            and not self.query.get("q")
+            and self.query.get("status", "") in {"", RunStatus.QUEUED}
+        )
+
+    def _row(self, r: dict[str, Any]) -> str:
+        from dashboard.views import run_row
+
+        run = run_row(r["id"])
+        if run is None:
+            return ""
+        if r["created"] and self._shows_new_rows():
+            return render_to_string("runs/list.html#new-row-oob", {"run": run})
+        return render_to_string("runs/list.html#row-oob", {"run": run, "oob": True})
+
+    def _count(self) -> str:
+        return render_to_string(
+            "base.html#approval-count",
+            {"pending_approvals": access.pending_count(self.user), "oob": True},
+        )
+
+    def _cards(self, approvals: list[tuple[int, str]]) -> str:
+        found = Approval.objects.select_related("run", "decided_by").in_bulk(
+            [a for a, _ in approvals]
+        )
+        can = access.can_decide(self.user)
+        parts = []
+        for approval_id, kind in approvals:
+            approval = found.get(approval_id)
+            if approval is None:
+                continue
+            context = {"approval": approval, "can_decide": can, "show_run": True}
+            if kind == "approval.requested" and approval.status == "pending":
+                parts.append(render_to_string("approvals/inbox.html#new-card-oob", context))
+            else:
+                context["oob"] = True
+                parts.append(render_to_string("approvals/inbox.html#approval-card", context))
+        return "".join(parts)
+
+    def _refresh(self) -> str:
+        """After a reconnect: what may have changed while the socket was down."""
+        parts = [self._count()]
+        if self.mode == "approvals":
+            from dashboard.views import pending_approvals
+
+            parts.append(
+                render_to_string(
+                    "approvals/inbox.html#approval-list",
+                    {
+                        "approvals": list(pending_approvals(self.user)),
+                        "can_decide": access.can_decide(self.user),
+                        "oob": True,
+                    },
+                )
+            )
+        elif self.mode == "list":
+            from dashboard.views import runs_for_list
+
+            qs = access.visible_runs(self.user)
+            if self.query.get("status") in RunStatus.values:
+                qs = qs.filter(status=self.query["status"])
+            if self.query.get("q"):
+                qs = qs.filter(goal__icontains=self.query["q"])
+            if self.query.get("page", "1") == "1":
+                for run in reversed(list(runs_for_list(qs)[:25])):
+                    parts.append(
+                        render_to_string("runs/list.html#row-oob", {"run": run, "oob": True})
+                    )
+        return "".join(parts)
+
+
+def render_run_push(run_id: int, rows: list[stream.Row], rights, *, side: bool) -> str:
+    """The fragments a run page's socket sends for new events: the rows, the approval cards
+    they decide, and (when they change them) the header, meters and side panels."""
+    parts = []
+    if rows:
+        parts.append(
+            render_to_string(
+                "runs/detail.html#events-oob", {"rows": rows, "rights": rights, "run": None}
+            )
+        )
+    decided = [r.payload.get("approval_id") for r in rows if r.kind == "approval.decided"]
+    if decided:
+        for approval in Approval.objects.select_related("run", "decided_by").filter(pk__in=decided):
+            parts.append(
+                render_to_string(
+                    "approvals/inbox.html#approval-card",
+                    {"approval": approval, "can_decide": rights.decide, "oob": True},
+                )
+            )
+    if side:
+        from dashboard.views import detail_context
+
+        run = Run.objects.get(pk=run_id)
+        context = {**detail_context(None, run, rights=rights), "oob": True}
+        for name in ("run-header", "meters", "sessions", "checkpoints", "artifacts"):
+            parts.append(render_to_string(f"runs/detail.html#{name}", context))
+    return "".join(parts)

@@ -1,0 +1,151 @@
+"""Live updates: one tailer per web process reads new events and fans them out.
+
+The worker is another process, and the in-memory channel layer is per process, so the worker
+cannot reach this process's sockets. Instead each web process tails the event log itself — one
+query every POLL_SECONDS for rows past the highest pk it has seen (in SQLite, pk order is commit
+order: writers are serialised) — and sends each batch to the channel-layer groups of the runs it
+touches (`run-<pk>`) and to `runs` (lists, inboxes and every header's approval count). One poll
+per process, not per socket: a thousand sockets cost the database the same as one.
+
+Consumers never trust the tailer alone: every event carries its seq, and a consumer that sees a
+gap (a dropped message, a slow socket) reads the missing events from the database. So the tailer
+may be late or lose a message, but a page never shows a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db.models import Max
+
+from agents.models import Event
+from dashboard import stream
+
+log = logging.getLogger("dashboard.live")
+
+POLL_SECONDS = 0.05
+BATCH = 500
+RUNS_GROUP = "runs"
+# Kinds that change what a runs list row, the header or the side panels show.
+ROW_KINDS = frozenset(
+    {"run.created", "run.status", "run.updated", "model.turn", "session.started",
+     "session.ended", "approval.requested", "approval.decided"}
+)  # fmt: skip
+APPROVAL_KINDS = frozenset({"approval.requested", "approval.decided"})
+
+
+def run_group(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+class Tailer:
+    def __init__(self) -> None:
+        self.last_pk: int | None = None
+        self.task: asyncio.Task | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._starting: asyncio.Lock | None = None
+
+    async def ensure_running(self) -> None:
+        """Start tailing (once per process). Returns after the starting point is fixed, so a
+        consumer that reads its catch-up from the database after this misses nothing."""
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:  # a new event loop (tests run one each): start afresh
+            self.loop, self.task, self.last_pk, self._starting = loop, None, None, None
+        if self.task is not None and not self.task.done():
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self.task is not None and not self.task.done():
+                return
+            if self.last_pk is None:
+                self.last_pk = await database_sync_to_async(_max_pk)()
+            self.task = loop.create_task(self._run())
+
+    async def _run(self) -> None:
+        layer = get_channel_layer()
+        while True:
+            try:
+                rows = await database_sync_to_async(_events_after)(self.last_pk or 0)
+                if rows:
+                    self.last_pk = rows[-1]["pk"]
+                    await publish(layer, rows)
+                    if len(rows) == BATCH:
+                        continue  # more waiting: no sleep
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a locked or briefly unavailable database: try again
+                log.exception("tailing the event log failed; retrying")
+                await asyncio.sleep(1)
+            await asyncio.sleep(POLL_SECONDS)
+
+
+def _max_pk() -> int:
+    return Event.objects.aggregate(m=Max("pk"))["m"] or 0
+
+
+def _events_after(pk: int) -> list[dict[str, Any]]:
+    rows = list(
+        Event.objects.filter(pk__gt=pk)
+        .order_by("pk")
+        .values(*stream.EVENT_FIELDS, "run__created_by_id")[:BATCH]
+    )
+    return rows
+
+
+async def publish(layer, rows: list[dict[str, Any]]) -> None:
+    by_run: dict[int, list[dict[str, Any]]] = {}
+    owners: dict[int, int | None] = {}
+    for row in rows:
+        by_run.setdefault(row["run_id"], []).append(stream.to_message(row))
+        owners[row["run_id"]] = row["run__created_by_id"]
+    changed = []
+    for run_id, events in by_run.items():
+        await layer.group_send(run_group(run_id), {"type": "run.events", "events": events})
+        kinds = {e["kind"] for e in events}
+        if kinds & ROW_KINDS:
+            changed.append(
+                {
+                    "id": run_id,
+                    "owner": owners[run_id],
+                    "seq": events[-1]["seq"],
+                    "created": "run.created" in kinds,
+                    "approvals": [
+                        [e["payload"].get("approval_id"), e["kind"]]
+                        for e in events
+                        if e["kind"] in APPROVAL_KINDS
+                    ],
+                }
+            )
+    if changed:
+        await layer.group_send(RUNS_GROUP, {"type": "runs.changed", "runs": changed})
+
+
+tailer = Tailer()
+
+
+class RenderCache:
+    """Fragments rendered once per process for all sockets that would render them the same:
+    a hundred viewers of one run cost one render, not a hundred."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self.items: OrderedDict[Any, str] = OrderedDict()
+
+    def get_or_render(self, key: Any, render) -> str:
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        html = render()
+        self.items[key] = html
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return html
+
+
+cache = RenderCache()

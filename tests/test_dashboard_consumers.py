@@ -1,0 +1,261 @@
+"""The live sockets, through channels' WebsocketCommunicator: access on connect, catch-up after
+a seq, live fan-out from the one tailer, gaps read from the database, lists and counts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from agents import eventlog, services
+from agents.models import Event
+from dashboard import live
+from dashboard.routing import websocket_urlpatterns
+from tests.conftest import drive_until_idle, make_run
+from tests.test_dashboard_views import user_with
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+def as_user(user):
+    inner = URLRouter(websocket_urlpatterns)
+
+    async def app(scope, receive, send):
+        return await inner({**scope, "user": user}, receive, send)
+
+    return app
+
+
+def seqs(html: str) -> list[int]:
+    return [int(s) for s in re.findall(r'data-seq="(\d+)"', html)]
+
+
+async def receive_until(comm, predicate, timeout=5.0) -> str:
+    """Messages joined until `predicate(all_text)` holds."""
+    import asyncio
+
+    text = ""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate(text):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise AssertionError(f"timed out; got:\n{text[-3000:]}")
+        text += await comm.receive_from(timeout=remaining)
+    return text
+
+
+async def nothing_more(comm, wait=0.3) -> bool:
+    return await comm.receive_nothing(timeout=wait)
+
+
+append = database_sync_to_async(eventlog.append)
+
+
+@pytest.fixture
+def viewer(db):
+    return user_with("vic", "view_run")
+
+
+@pytest.fixture
+def outsider(db):
+    return user_with("otto")
+
+
+def test_an_anonymous_socket_is_refused():
+    from django.contrib.auth.models import AnonymousUser
+
+    async def go():
+        comm = WebsocketCommunicator(as_user(AnonymousUser()), "/ws/live/")
+        connected, _ = await comm.connect()
+        assert not connected
+
+    async_to_sync(go)()
+
+
+def test_the_real_stack_checks_the_session_and_the_origin(owner):
+    from dashboard.asgi import application
+
+    client = Client()
+    client.force_login(owner)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+
+    async def go():
+        ok = WebsocketCommunicator(
+            application,
+            "/ws/live/",
+            headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1:8000")],
+        )
+        assert (await ok.connect())[0]
+        await ok.disconnect()
+        no_session = WebsocketCommunicator(
+            application, "/ws/live/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+        )
+        assert not (await no_session.connect())[0]
+        evil = WebsocketCommunicator(
+            application,
+            "/ws/live/",
+            headers=[(b"cookie", cookie), (b"origin", b"http://evil.example")],
+        )
+        assert not (await evil.connect())[0]
+
+    async_to_sync(go)()
+
+
+def test_a_run_socket_needs_the_right_to_see_the_run(owner, viewer, outsider):
+    run = make_run(created_by=owner)
+
+    async def go():
+        for user, expected in ((owner, True), (viewer, True), (outsider, False)):
+            comm = WebsocketCommunicator(as_user(user), f"/ws/live/runs/{run.pk}/?after=0")
+            connected, _ = await comm.connect()
+            assert connected is expected, user
+            if connected:
+                await comm.disconnect()
+        missing = WebsocketCommunicator(as_user(owner), "/ws/live/runs/999999/")
+        assert not (await missing.connect())[0]
+
+    async_to_sync(go)()
+
+
+def test_a_socket_catches_up_after_the_seq_it_holds_then_streams_live(owner):
+    run = drive_until_idle(make_run(created_by=owner, turns=[{"text": "one"}, {"text": "two"}]))
+    last = run.last_seq
+
+    async def go():
+        comm = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=3")
+        assert (await comm.connect())[0]
+        got = await receive_until(comm, lambda t: last in seqs(t))
+        assert seqs(got) == list(range(4, last + 1))
+        assert 'hx-swap-oob="beforeend"' in got and 'id="run-header"' in got
+        await append(run.pk, "human.note", {"text": "live <b>one</b>"}, actor="user:olivia")
+        await append(run.pk, "human.note", {"text": "live two"}, actor="user:olivia")
+        more = await receive_until(comm, lambda t: last + 2 in seqs(t))
+        assert seqs(more) == [last + 1, last + 2]
+        assert "live &lt;b&gt;one&lt;/b&gt;" in more
+        assert await nothing_more(comm)
+        await comm.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_a_socket_that_holds_everything_gets_no_replay(owner):
+    run = drive_until_idle(make_run(created_by=owner, turns=[{"text": "one"}]))
+
+    async def go():
+        comm = WebsocketCommunicator(
+            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
+        )
+        assert (await comm.connect())[0]
+        assert await nothing_more(comm)
+        await comm.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_a_dropped_message_is_read_from_the_database(owner):
+    run = make_run(created_by=owner)
+
+    async def go():
+        comm = WebsocketCommunicator(
+            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
+        )
+        assert (await comm.connect())[0]
+        start = run.last_seq
+        # Three events; the layer "loses" the first two, only the third reaches the socket.
+        await append(run.pk, "human.note", {"text": "a"})
+        await append(run.pk, "human.note", {"text": "b"})
+        third = await append(run.pk, "human.note", {"text": "c"})
+        values = await database_sync_to_async(
+            lambda: Event.objects.filter(pk=third.pk).values(*live.stream.EVENT_FIELDS)[0]
+        )()
+        live.tailer.task.cancel()  # nobody else delivers
+        await get_channel_layer().group_send(
+            live.run_group(run.pk),
+            {"type": "run.events", "events": [live.stream.to_message(values)]},
+        )
+        got = await receive_until(comm, lambda t: start + 3 in seqs(t))
+        assert seqs(got) == [start + 1, start + 2, start + 3]
+        await comm.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_many_sockets_share_one_tailer_and_each_gets_every_event_once(owner):
+    run = make_run(created_by=owner)
+
+    async def go():
+        comms = [
+            WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
+            for _ in range(20)
+        ]
+        for c in comms:
+            assert (await c.connect())[0]
+        task = live.tailer.task
+        for i in range(5):
+            await append(run.pk, "human.note", {"text": f"n{i}"})
+        want = list(range(run.last_seq + 1, run.last_seq + 6))
+        for c in comms:
+            got = await receive_until(c, lambda t: want[-1] in seqs(t))
+            assert seqs(got) == want
+        assert live.tailer.task is task  # one per process
+        for c in comms:
+            await c.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_the_runs_list_gets_new_runs_and_status_changes(owner, outsider):
+    async def go():
+        mine = WebsocketCommunicator(as_user(owner), "/ws/live/runs/?page=1")
+        theirs = WebsocketCommunicator(as_user(outsider), "/ws/live/runs/?page=1")
+        assert (await mine.connect())[0] and (await theirs.connect())[0]
+        run = await database_sync_to_async(make_run)(created_by=owner, goal="brand new")
+        got = await receive_until(mine, lambda t: "brand new" in t)
+        assert (
+            '<tbody id="run-rows" hx-swap-oob="afterbegin">' in got and f'id="run-{run.pk}"' in got
+        )
+        await database_sync_to_async(services.pause_run)(run.pk, actor="user:olivia")
+        paused = await receive_until(mine, lambda t: "paused" in t)
+        assert f'<tr id="run-{run.pk}" hx-swap-oob="true">' in paused
+        assert await nothing_more(theirs)  # an outsider hears nothing of it
+        await mine.disconnect()
+        await theirs.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_waiting_approvals_reach_the_header_count_and_the_inbox(owner, viewer):
+    async def go():
+        header = WebsocketCommunicator(as_user(viewer), "/ws/live/")
+        inbox = WebsocketCommunicator(as_user(viewer), "/ws/live/approvals/")
+        assert (await header.connect())[0] and (await inbox.connect())[0]
+        run = await database_sync_to_async(
+            lambda: drive_until_idle(services.create_demo_run(created_by=owner))
+        )()
+        count = await receive_until(header, lambda t: 'id="approval-count"' in t)
+        assert 'hx-swap-oob="true"' in count and ">1</span>" in count
+        card = await receive_until(inbox, lambda t: "rm -rf build" in t)
+        assert '<div id="approval-list" hx-swap-oob="afterbegin">' in card
+        assert f"run {run.pk}" in card and 'value="approve"' not in card  # vic may not decide
+        await header.disconnect()
+        await inbox.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_a_reconnect_refreshes_the_count(owner):
+    async def go():
+        comm = WebsocketCommunicator(as_user(owner), "/ws/live/?reconnect=1")
+        assert (await comm.connect())[0]
+        got = await comm.receive_from(timeout=3)
+        assert 'id="approval-count"' in got
+        await comm.disconnect()
+
+    async_to_sync(go)()
