@@ -64,8 +64,11 @@ def summary(results: list[dict[str, Any]]) -> str:
 def latest_results(run_id: int) -> list[dict[str, Any]]:
     """The most recent result of each check, in the order the checks were last run."""
     latest: dict[str, dict[str, Any]] = {}
+    from agents.checkpoints import live_filter
+
     payloads = (
         Event.objects.filter(run_id=run_id, kind=EventKind.CHECK_RESULT)
+        .filter(live_filter(run_id))
         .order_by("-seq")
         .values_list("payload", flat=True)[:50]
     )

@@ -91,6 +91,10 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     isolation = models.CharField(max_length=20, blank=True)
 
+    # After a rewind or a fork: where the next session starts from (handoff, note, provider
+    # state), and the seq of the run.rewound event that began the live branch.
+    resume_state = models.JSONField(null=True, blank=True)
+    branch_seq = models.PositiveBigIntegerField(default=0)
     head_checkpoint = models.ForeignKey(
         "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -232,6 +236,8 @@ class EventKind(models.TextChoices):
     HUMAN_NOTE = "human.note"
     ARTIFACT_SAVED = "artifact.saved"
     CHECKPOINT_CREATED = "checkpoint.created"
+    RUN_REWOUND = "run.rewound"
+    RUN_FORKED = "run.forked"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
     NOTIFICATION_FAILED = "notification.failed"
@@ -298,6 +304,7 @@ class CheckpointKind(models.TextChoices):
     PRE_APPROVAL = "pre_approval", "before approval"
     PERIODIC = "periodic"
     RUN_START = "run_start", "run start"
+    FORK = "fork"
 
 
 class Checkpoint(models.Model):
@@ -306,9 +313,15 @@ class Checkpoint(models.Model):
     seq = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=20, choices=CheckpointKind.choices)
     label = models.CharField(max_length=200, blank=True)
-    # path -> {"blob": sha256, "mode": int, "size": int} (links and folders have their own type)
-    manifest = models.JSONField(default=dict)
+    # The workspace: the root tree's digest in the snapshot store (agents/snapshots.py).
+    tree = models.CharField(max_length=64)
+    files = models.PositiveIntegerField(default=0)
+    bytes_total = models.PositiveBigIntegerField(default=0)
+    bytes_added = models.PositiveBigIntegerField(default=0)
+    # Agent state at this point: the latest handoff, and the provider's place (scripted runs).
     handoff = models.JSONField(null=True, blank=True)
+    state = models.JSONField(default=dict)
+    # Cumulative usage and cost of the run at this point.
     usage = models.JSONField(default=dict)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)

@@ -85,6 +85,9 @@ def create_run(
     webhook_urls: list[str] | None = None,
     approval_timeout_seconds: int | None = None,
     created_by=None,
+    forked_from=None,
+    resume_state: dict[str, Any] | None = None,
+    actor: str | None = None,
 ) -> Run:
     goal = (goal or "").strip()
     if not goal:
@@ -142,6 +145,8 @@ def create_run(
             tool_policy=tool_policy,
             webhook_urls=webhook_urls,
             approval_timeout_seconds=approval_timeout_seconds,
+            forked_from=forked_from,
+            resume_state=resume_state,
             **fields,
         )
         if provider == Provider.SCRIPTED:
@@ -150,7 +155,11 @@ def create_run(
         if workspace.exists():
             # A leftover from a database that was reset: never mix another run's files in.
             shutil.rmtree(workspace)
-        if source is not None:
+        if forked_from is not None:
+            from agents.checkpoints import restore_into
+
+            restore_into(forked_from, run)
+        elif source is not None:
             shutil.copytree(source, workspace, symlinks=True)
         else:
             workspace.mkdir(parents=True)
@@ -166,8 +175,13 @@ def create_run(
                 "budgets": {k: str(v) for k, v in fields.items()},
                 "workspace_from": str(source) if source else None,
                 "tool_policy": tool_policy,
+                "forked_from": (
+                    {"run_id": forked_from.run_id, "checkpoint_id": forked_from.pk}
+                    if forked_from
+                    else None
+                ),
             },
-            actor=actor_for(created_by),
+            actor=actor or actor_for(created_by),
         )
         queue.enqueue(run.pk)
     run.refresh_from_db()

@@ -201,6 +201,7 @@ LOGGING = {
     },
 }
 
+
 # --- Shiftlog itself -------------------------------------------------------------------------
 def _tool_policy() -> list:
     from agents.policy import PolicyError, validate
@@ -238,6 +239,8 @@ SHIFTLOG = {
     "WEBHOOK_URLS": [u for u in env_str("SHIFTLOG_WEBHOOK_URLS").split(",") if u],
     "WEBHOOK_ATTEMPTS": int(env_number("SHIFTLOG_WEBHOOK_ATTEMPTS", 5)),
     "WEBHOOK_BACKOFF_SECONDS": env_number("SHIFTLOG_WEBHOOK_BACKOFF", 2.0, float),
+    # A checkpoint after every N file-changing tool calls (0: only at session ends and approvals).
+    "CHECKPOINT_EVERY": int(env_number("SHIFTLOG_CHECKPOINT_EVERY", 10)),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

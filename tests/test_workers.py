@@ -400,6 +400,28 @@ def test_a_forced_isolation_is_the_one_tools_and_checks_really_run_with(settings
 FROZEN_SLOW = 'echo "slow start" >> counter.txt; sleep 1; echo "slow end" >> counter.txt'
 
 
+def freeze_outside_a_write(proc, attempts: int = 20) -> None:
+    """SIGSTOP the worker, but not in the middle of a write: a process frozen while it holds
+    SQLite's write lock would freeze everyone. Thaw and try again if it does."""
+    import sqlite3
+
+    from django.db import connection
+
+    for _ in range(attempts):
+        proc.signal(signal.SIGSTOP)
+        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            proc.signal(signal.SIGCONT)
+            time.sleep(0.2)
+        finally:
+            probe.close()
+    raise AssertionError("the worker always held the write lock when frozen")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_write_to_the_run(procs):
     run = make_run(
@@ -419,7 +441,7 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_write_to_the_r
     # others: its lease runs out and another worker takes over. (It is stopped while it waits
     # for its tool; only if SIGSTOP landed in the millisecond of a heartbeat's UPDATE would it
     # hold SQLite's write lock while frozen.)
-    frozen.signal(signal.SIGSTOP)
+    freeze_outside_a_write(frozen)
     try:
         procs.consumer(name="successor", **SHORT_LEASES)
         procs.reap_until_requeued(run.pk, timeout=20, **SHORT_LEASES)

@@ -50,6 +50,9 @@ class TurnRequest:
     # Characters in system + tools + messages, kept up to date by the runtime, so an offline
     # provider can estimate input tokens without serialising the whole conversation each step.
     input_chars: int = 0
+    # The seq where the run's live branch began (0 until a rewind): a replayed script turn gets
+    # new tool_use ids, so its calls are new calls with their own approvals.
+    branch: int = 0
 
 
 @dataclass

@@ -77,13 +77,13 @@ def builtin_script(name: str) -> dict[str, Any]:
     return load_script(SCRIPTS_DIR / f"{name}.json")
 
 
-def _handoff_turn(script_index: int) -> Turn:
+def _handoff_turn(script_index: int, suffix: str) -> Turn:
     return Turn(
         content=[
             {"type": "text", "text": "Writing my handoff as asked."},
             {
                 "type": "tool_use",
-                "id": f"toolu_scripted_handoff_{script_index}",
+                "id": f"toolu_scripted_handoff_{script_index}{suffix}",
                 "name": "handoff",
                 "input": {
                     "summary": "Scripted agent: handing off where the script stands.",
@@ -113,9 +113,10 @@ class ScriptedProvider:
         # script_index in meta is the index of the last turn played (-1: none yet).
         last = request.previous_meta.get("script_index", -1)
         index = last + 1
+        suffix = f"_b{request.branch}" if request.branch else ""
         upcoming = self.turns[index] if index < len(self.turns) else None
         if request.handoff_requested and not _is_handoff(upcoming):
-            return _handoff_turn(last)
+            return _handoff_turn(last, suffix)
         if upcoming is None:
             raise ScriptExhausted(
                 f"the script ran out after {len(self.turns)} turns without the run finishing"
@@ -129,7 +130,7 @@ class ScriptedProvider:
             content.append(
                 {
                     "type": "tool_use",
-                    "id": f"toolu_scripted_{index}_{j}",
+                    "id": f"toolu_scripted_{index}_{j}{suffix}",
                     "name": call["name"],
                     "input": call.get("input", {}),
                 }

@@ -23,7 +23,17 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents import checks, eventlog, lifecycle, notifications, policy, providers, queue, sandbox
+from agents import (
+    checkpoints,
+    checks,
+    eventlog,
+    lifecycle,
+    notifications,
+    policy,
+    providers,
+    queue,
+    sandbox,
+)
 from agents.blobstore import BlobStore
 from agents.eventlog import LeaseLost, NewEvent
 from agents.lifecycle import IllegalTransition
@@ -32,6 +42,8 @@ from agents.models import (
     ApprovalStatus,
     Artifact,
     ArtifactKind,
+    Checkpoint,
+    CheckpointKind,
     EndReason,
     Event,
     EventKind,
@@ -106,6 +118,7 @@ class Driver:
         self.known_seq = 0
         self.last_heartbeat = 0.0
         self.previous_meta: dict[str, Any] = {}
+        self.file_changes = 0
 
     # --- the slice ----------------------------------------------------------------------
     def run(self) -> str:
@@ -222,6 +235,17 @@ class Driver:
                 run_id=self.run_id, kind=EventKind.HUMAN_NOTE, seq__gt=ended_at_seq
             ).values_list("payload", flat=True)
         ]
+        handoff = previous.handoff if previous else None
+        resume = run.resume_state or {}
+        fresh_resume = bool(resume) and not resume.get("consumed")
+        if fresh_resume:
+            # After a rewind or a fork: start from the checkpoint's state plus the person's note.
+            handoff = resume.get("handoff")
+            if resume.get("note"):
+                notes.insert(
+                    0,
+                    f"(with the rewind to checkpoint {resume.get('checkpoint_id')}) {resume['note']}",
+                )
         message = prompts.first_message(
             goal=run.goal,
             checks=run.checks,
@@ -229,7 +253,7 @@ class Driver:
             session_index=index,
             max_sessions=run.max_sessions,
             max_turns=run.max_turns_per_session,
-            handoff=previous.handoff if previous else None,
+            handoff=handoff,
             check_results=last_checks,
             listing=self.workspace.listing(),
             notes=notes,
@@ -249,10 +273,28 @@ class Driver:
                 lease_owner=self.owner,
             )
             Session.objects.filter(pk=session.pk).update(first_seq=appended.events[0].seq)
+            if fresh_resume:
+                run.resume_state = {**resume, "consumed": True}
+                Run.objects.filter(pk=run.pk).update(resume_state=run.resume_state)
             # _rebuild reads first_seq from this object: it must not stay at the default 0.
             session.first_seq = appended.events[0].seq
         self._absorb(appended)
+        if index == 1 and not Checkpoint.objects.filter(run_id=self.run_id).exists():
+            self.session = session
+            kind = CheckpointKind.FORK if run.forked_from_id else CheckpointKind.RUN_START
+            self._checkpoint(kind, "the workspace the run started from")
         return session
+
+    def _checkpoint(self, kind: str, label: str = "") -> None:
+        checkpoints.create(
+            self.run_id,
+            kind=kind,
+            label=label,
+            session_id=self.session.pk,
+            actor=self.owner,
+            lease_owner=self.owner,
+        )
+        self.file_changes = 0
 
     def _end_session(self, reason: str, extra: list[NewEvent] | None = None) -> None:
         events = list(extra or [])
@@ -270,6 +312,10 @@ class Driver:
                 status=SessionStatus.ENDED, end_reason=reason, ended_at=timezone.now()
             )
         self._absorb(appended)
+        if reason in {EndReason.HANDOFF, EndReason.FINISHED}:
+            self._checkpoint(
+                CheckpointKind.SESSION_END, f"end of session {self.session.index} ({reason})"
+            )
 
     def _suspend_session(self) -> None:
         Session.objects.filter(pk=self.session.pk, status=SessionStatus.ACTIVE).update(
@@ -301,13 +347,18 @@ class Driver:
         if events:
             self.known_seq = max(self.known_seq, events[-1][0])
         self.conv = Conversation.from_events(events)
-        last_turn = (
-            Event.objects.filter(run_id=self.run_id, kind=EventKind.MODEL_TURN)
+        # The provider's place on the live branch (a rewind or fork moves it back).
+        self.previous_meta = checkpoints._provider_meta(self.run_obj)
+        self.file_changes = Event.objects.filter(
+            run_id=self.run_id,
+            kind=EventKind.TOOL_CALL,
+            payload__name__in=list(checkpoints.FILE_TOOLS),
+            seq__gt=Checkpoint.objects.filter(run_id=self.run_id)
             .order_by("-seq")
-            .values_list("payload", flat=True)
+            .values_list("seq", flat=True)
             .first()
-        )
-        self.previous_meta = (last_turn or {}).get("meta", {})
+            or 0,
+        ).count()
         self.session.refresh_from_db()
         open_ids = [b["id"] for b in self.conv.open_tool_uses]
         self.approvals = {
@@ -431,6 +482,7 @@ class Driver:
             previous_meta=self.previous_meta,
             handoff_requested=self.conv.handoff_requested,
             input_chars=self.conv.chars + _STATIC_CHARS,
+            branch=run.branch_seq,
         )
         self.context_seq = self.known_seq
         try:
@@ -619,6 +671,13 @@ class Driver:
 
     def _await_approval(self, approval: Approval) -> Approval:
         """Suspend the run until a person decides; returns at once if one already has."""
+        if not Checkpoint.objects.filter(
+            run_id=self.run_id, seq__gt=approval.seq, kind=CheckpointKind.PRE_APPROVAL
+        ).exists():
+            self._checkpoint(
+                CheckpointKind.PRE_APPROVAL,
+                f"before {approval.tool_name} waited for approval {approval.pk}",
+            )
         with transaction.atomic():
             # Lock the run row before the last look, as deciding does (see agents.approvals).
             Run.objects.select_for_update().filter(pk=self.run_id).first()
@@ -680,6 +739,14 @@ class Driver:
             if note:
                 result.output = f"{note}\n\n{result.output}"
             self._record_result(block, result)
+            if name in checkpoints.FILE_TOOLS:
+                self.file_changes += 1
+                every = settings.SHIFTLOG["CHECKPOINT_EVERY"]
+                if every and self.file_changes >= every:
+                    self._checkpoint(
+                        CheckpointKind.PERIODIC,
+                        f"after {self.file_changes} file-changing tool calls",
+                    )
         elif name == "save_artifact":
             self._record_result(block, self._save_artifact(tool_input))
         elif name == "handoff":
@@ -813,6 +880,13 @@ class Driver:
                 NewEvent(EventKind.CHECK_RESULT, r, session_id=self.session.pk, actor=self.owner)
             )
         passed = bool(results) and all(r["passed"] for r in results)
+        report = "# Done-conditions\n\n" + checks.summary(results) + "\n"
+        self._store_artifact(
+            f"checks-session-{self.session.index}-turn-{self.session.turns}.md",
+            ArtifactKind.REPORT,
+            report.encode(),
+            "text/markdown",
+        )
         if passed:
             self._record_result(block, sandbox.ToolResult(output=checks.summary(results)))
             self._end_session(EndReason.FINISHED)

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from agents import checkpoints
+from agents.management.base import RunCommand, acting, fail, get_run
+from agents.models import CheckpointKind
+
+
+class Command(RunCommand):
+    help = "Checkpoint a run's workspace and agent state now."
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--label", default="")
+
+    def handle(self, *args, **o):
+        run = get_run(o["run_id"])
+        if not run.workspace_path.is_dir():
+            raise fail(f"run {run.pk} has no workspace at {run.workspace_path}")
+        _, actor = acting(o["user"])
+        cp = checkpoints.create(run.pk, kind=CheckpointKind.MANUAL, label=o["label"], actor=actor)
+        self.stdout.write(
+            f"checkpoint {cp.pk} of run {run.pk} at #{cp.seq}: {cp.files} files, "
+            f"{cp.bytes_added} bytes added to the store"
+        )

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from agents.checkpoints import snapshots
+from agents.models import Artifact, Checkpoint
+
+
+class Command(BaseCommand):
+    help = "Delete blobs that no checkpoint or artifact references (recent ones are kept)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dry-run", action="store_true")
+        parser.add_argument(
+            "--grace-seconds",
+            type=float,
+            default=3600.0,
+            help="keep blobs younger than this: a checkpoint may be being written",
+        )
+
+    def handle(self, *args, **o):
+        result = snapshots().prune(
+            Checkpoint.objects.values_list("tree", flat=True).distinct(),
+            Artifact.objects.values_list("blob_hash", flat=True).distinct(),
+            grace_seconds=o["grace_seconds"],
+            dry_run=o["dry_run"],
+        )
+        verb = "would delete" if o["dry_run"] else "deleted"
+        self.stdout.write(
+            f"{verb} {result.deleted} blob(s), {result.bytes_freed} bytes; kept {result.kept}"
+        )
