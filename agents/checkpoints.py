@@ -348,6 +348,10 @@ def fork(
         tool_policy=source.tool_policy,
         webhook_urls=source.webhook_urls,
         approval_timeout_seconds=source.approval_timeout_seconds,
+        judge_model=source.judge_model,
+        protected_action=source.protected_action,
+        protected=source.protected,
+        acceptance=[{"name": c["name"], "check": c.get("check")} for c in source.acceptance],
         created_by=created_by,
         forked_from=checkpoint,
         resume_state={

@@ -58,6 +58,14 @@ class Run(models.Model):
     # Done-conditions, fixed before the run starts: shell commands run by the harness.
     checks = models.JSONField(default=list)
     rubric = models.TextField(blank=True)
+    # The judge's own model (blank: the run's).
+    judge_model = models.CharField(max_length=100, blank=True)
+    # Files the checks depend on: fingerprinted at creation, {path: {hash, size, mode}}.
+    protected = models.JSONField(default=dict, blank=True)
+    # What a file tool writing one gets: deny, or ask a person.
+    protected_action = models.CharField(max_length=10, default="deny")
+    # Named criteria, fixed at creation: [{"name", "check": command or null, "passing": bool}].
+    acceptance = models.JSONField(default=list, blank=True)
     provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SCRIPTED)
     model = models.CharField(max_length=100)
     # The scripted provider's script lives in RunScript, copied in at creation so the run can
@@ -238,6 +246,11 @@ class EventKind(models.TextChoices):
     CHECKPOINT_CREATED = "checkpoint.created"
     RUN_REWOUND = "run.rewound"
     RUN_FORKED = "run.forked"
+    JUDGE_VERDICT = "judge.verdict"
+    CHECK_TAMPERED = "check.tampered"
+    CHECK_REGRESSED = "check.regressed"
+    ACCEPTANCE_UPDATED = "acceptance.updated"
+    DRIFT_WARNING = "drift.warning"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
     NOTIFICATION_FAILED = "notification.failed"

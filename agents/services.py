@@ -85,8 +85,13 @@ def create_run(
     webhook_urls: list[str] | None = None,
     approval_timeout_seconds: int | None = None,
     created_by=None,
+    judge_model: str = "",
+    protected_paths: list[str] | None = None,
+    protected_action: str = "deny",
+    acceptance: list[dict[str, Any] | str] | None = None,
     forked_from=None,
     resume_state: dict[str, Any] | None = None,
+    protected: dict[str, Any] | None = None,
     actor: str | None = None,
 ) -> Run:
     goal = (goal or "").strip()
@@ -126,6 +131,32 @@ def create_run(
             raise RunError(f"webhook {url!r} must be an http:// or https:// URL", "webhook_urls")
     if approval_timeout_seconds is not None and approval_timeout_seconds < 1:
         raise RunError("approval-timeout must be at least 1 second", "approval_timeout_seconds")
+    if protected_action not in ("deny", "ask"):
+        raise RunError("protect-action must be deny or ask", "protected_action")
+    criteria = []
+    for item in acceptance or []:
+        if isinstance(item, str):
+            name, _, check = item.partition("=")
+            item = {"name": name.strip(), "check": check.strip() or None}
+        if not isinstance(item, dict) or not str(item.get("name", "")).strip():
+            raise RunError(
+                "each acceptance criterion needs a name (NAME or NAME=CHECK_COMMAND)", "acceptance"
+            )
+        if any(c["name"] == item["name"].strip() for c in criteria):
+            raise RunError(f"acceptance criterion {item['name']!r} is listed twice", "acceptance")
+        criteria.append(
+            {"name": item["name"].strip(), "check": item.get("check") or None, "passing": False}
+        )
+    if (
+        any(not c["check"] for c in criteria)
+        and provider == Provider.SCRIPTED
+        and script is not None
+        and not script.get("judge")
+    ):
+        raise RunError(
+            "acceptance criteria without a check are judged: the script needs a 'judge' section",
+            "acceptance",
+        )
     config = settings.SHIFTLOG
     fields = {
         "max_turns_per_session": max_turns_per_session or config["MAX_TURNS_PER_SESSION"],
@@ -147,6 +178,9 @@ def create_run(
             approval_timeout_seconds=approval_timeout_seconds,
             forked_from=forked_from,
             resume_state=resume_state,
+            judge_model=judge_model or "",
+            protected_action=protected_action,
+            acceptance=criteria,
             **fields,
         )
         if provider == Provider.SCRIPTED:
@@ -163,6 +197,20 @@ def create_run(
             shutil.copytree(source, workspace, symlinks=True)
         else:
             workspace.mkdir(parents=True)
+        if protected is not None:
+            run.protected = protected  # a fork keeps its origin's fingerprints
+        elif protected_paths:
+            from agents import sandbox, verification
+
+            try:
+                run.protected = verification.fingerprint(
+                    sandbox.Workspace(workspace), protected_paths
+                )
+            except (sandbox.ToolInputError, OSError) as e:
+                raise RunError(f"protect: {e}", "protected_paths") from None
+            if not run.protected:
+                raise RunError("protect: the paths given hold no files", "protected_paths")
+        Run.objects.filter(pk=run.pk).update(protected=run.protected)
         eventlog.append(
             run.pk,
             EventKind.RUN_CREATED,
@@ -175,6 +223,9 @@ def create_run(
                 "budgets": {k: str(v) for k, v in fields.items()},
                 "workspace_from": str(source) if source else None,
                 "tool_policy": tool_policy,
+                "rubric": rubric,
+                "protected": sorted(run.protected),
+                "acceptance": [c["name"] for c in criteria],
                 "forked_from": (
                     {"run_id": forked_from.run_id, "checkpoint_id": forked_from.pk}
                     if forked_from

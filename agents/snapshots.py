@@ -30,6 +30,9 @@ for them. A file is only cached once its timestamps are older than the filesyste
 start of the checkpoint (read from a probe file on the same filesystem, or the wall clock minus
 2 s when there is none): a file modified again within the same timestamp tick after being read
 would otherwise look unchanged ("racy git"). Such files are simply read again next time.
+Within one process, a cache file this process saved last is not parsed again: the cache object
+is reused, with each folder's entries and digest from the last scan, so folders whose entries are
+all unchanged are not serialised and hashed again either.
 
 Crash safety. Blobs are written atomically (temp file, fsync, rename). Within a checkpoint every
 file blob is written first, then the store's directories are fsynced, then the tree blobs,
@@ -60,6 +63,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +80,13 @@ TEXT_DIFF_MAX_INPUT = 1 << 20
 _CHUNK = 1 << 20
 # Below this many files to read, a thread pool costs more than it saves.
 _PARALLEL_MIN_FILES = 64
+
+# Cache file -> (its stat when this process last wrote it, the cache). Reusing the object skips
+# parsing the file again and keeps its in-memory folder digests; the stat tells when another
+# process has replaced the file since. Process-wide, so short-lived Snapshots objects share it.
+_CACHES: dict[Path, tuple[tuple[int, int, int], StatCache]] = {}
+_CACHES_MAX = 16  # workspaces remembered; a long-lived worker serves many runs
+_CACHES_LOCK = threading.Lock()
 
 
 class SnapshotError(Exception):
@@ -299,13 +310,13 @@ class _File:
 
 
 class _Scan:
-    def __init__(self, cache: StatCache, trusted_before: int):
+    def __init__(self, cache: StatCache, trusted_before: int, live_paths: bool):
         self.cache = cache
         self.new_cache = StatCache()
         self.trusted_before = trusted_before
         self.pending: list[_File] = []
         self.skipped: list[str] = []
-        self.live_paths = False  # diffs read live files: remember where each digest was seen
+        self.live_paths = live_paths  # diffs read live files: remember where each digest was
         self.trees: dict[str, dict[str, Any]] = {}  # digest -> entries, for every folder seen
         self.counts: dict[str, int] = {}  # tree digest -> files under it
         self.live: dict[str, bytes] = {}  # file digest -> a path with that content
@@ -352,9 +363,6 @@ class Snapshots:
         # first checkpoint.
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self._tree_cache: dict[str, dict[str, Any]] = {}
-        # cache file -> (its stat when this object last read or wrote it, the cache): reusing the
-        # object skips parsing the file again and keeps its in-memory folder digests.
-        self._caches: dict[Path, tuple[tuple[int, int, int], StatCache]] = {}
 
     # -- snapshot ------------------------------------------------------------------------------
 
@@ -395,7 +403,7 @@ class Snapshots:
             st = os.stat(cache_path)
         except FileNotFoundError:
             return StatCache()
-        known = self._caches.get(cache_path)
+        known = _CACHES.get(cache_path)
         if known is not None and known[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
             return known[1]
         return StatCache.load(cache_path)
@@ -406,7 +414,11 @@ class Snapshots:
             cache_path = Path(cache_path)
             cache.save(cache_path)
             st = os.stat(cache_path)
-            self._caches[cache_path] = ((st.st_ino, st.st_size, st.st_mtime_ns), cache)
+            with _CACHES_LOCK:
+                _CACHES.pop(cache_path, None)
+                _CACHES[cache_path] = ((st.st_ino, st.st_size, st.st_mtime_ns), cache)
+                while len(_CACHES) > _CACHES_MAX:
+                    _CACHES.pop(next(iter(_CACHES)))
 
     def _check_outside(self, workspace: Path, cache_path: Path | None) -> None:
         # Either inside the workspace would change with every checkpoint (and be checkpointed).
@@ -431,8 +443,7 @@ class Snapshots:
         probes = [self.blobs.root]
         if cache_path is not None:
             probes.insert(0, Path(cache_path).parent)
-        scan = _Scan(cache, self._fs_clock(st.st_dev, probes, create=store))
-        scan.live_paths = live_paths
+        scan = _Scan(cache, self._fs_clock(st.st_dev, probes, create=store), live_paths)
         top = self._walk(root, "", scan, len(root) + 1)
         self._hash_all(scan, store)
         scan.root, existed = self._build(top, scan, store)
@@ -683,7 +694,8 @@ class Snapshots:
         Only what differs is touched: extra paths are removed (links are removed, never
         followed), missing or different files written (to a temp file renamed into place, so
         nothing is ever written through a link), modes set. Every tree and blob needed is
-        checked before the first change, so a damaged store fails before touching anything.
+        checked to exist before the first change, so a store missing one fails before touching
+        anything (a blob whose content is damaged is caught while it is copied).
         """
         started = time.perf_counter()
         workspace = Path(workspace)
@@ -1133,12 +1145,15 @@ def _parse_tree(digest: str, data: bytes) -> dict[str, Any]:
 def _valid_entry(e: Any) -> bool:
     if not isinstance(e, dict):
         return False
-    if e.get("t") == "l":
+    kind = e.get("t")
+    if kind == "l":
         return isinstance(e.get("target"), str)
-    h = e.get("h")
-    ok = e.get("t") in ("f", "d") and isinstance(h, str) and len(h) == 64
-    ok = ok and all(c in "0123456789abcdef" for c in h) and isinstance(e.get("m"), int)
-    return ok and (e["t"] == "d" or isinstance(e.get("s"), int))
+    if kind not in ("f", "d") or not isinstance(e.get("m"), int):
+        return False
+    digest = e.get("h")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        return False
+    return kind == "d" or isinstance(e.get("s"), int)
 
 
 def _entry(path: str, e: dict[str, Any]) -> Entry:

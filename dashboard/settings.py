@@ -241,6 +241,8 @@ SHIFTLOG = {
     "WEBHOOK_BACKOFF_SECONDS": env_number("SHIFTLOG_WEBHOOK_BACKOFF", 2.0, float),
     # A checkpoint after every N file-changing tool calls (0: only at session ends and approvals).
     "CHECKPOINT_EVERY": int(env_number("SHIFTLOG_CHECKPOINT_EVERY", 10)),
+    # Run the checks at every session end too, so the ratchet sees progress slip between finishes.
+    "CHECKS_AT_SESSION_END": env_bool("SHIFTLOG_CHECKS_AT_SESSION_END", True),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

@@ -141,7 +141,7 @@ def test_the_runs_list_makes_no_query_per_row(owner, supervisor):
 def test_the_runs_list_shows_session_cost_and_waiting_approvals(owner, waiting_run):
     html = client_for(owner).get("/").content.decode()
     row = html.split(f'id="run-{waiting_run.pk}"')[1].split("</tr>")[0]
-    assert "awaiting approval" in row and "1 waiting" in row and "<td>2</td>" in row
+    assert "Awaiting approval" in row and "1 waiting" in row and "<td>2</td>" in row
 
 
 # --- new run -----------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_a_bad_script_upload_is_an_inline_error(owner):
 # --- run detail --------------------------------------------------------------------------------
 def test_the_owner_sees_the_run_with_controls_and_its_stream(owner, waiting_run):
     html = client_for(owner).get(f"/runs/{waiting_run.pk}/").content.decode()
-    assert "scripted · offline" in html and "awaiting approval" in html
+    assert "scripted · offline" in html and "Awaiting approval" in html
     assert "Pause</button>" in html and "Add note" in html and "Save policy" in html
     assert (
         'data-seq="1"' in html
@@ -241,7 +241,7 @@ def test_the_owner_sees_the_run_with_controls_and_its_stream(owner, waiting_run)
 
 def test_a_viewer_sees_the_run_without_controls(viewer, waiting_run):
     html = client_for(viewer).get(f"/runs/{waiting_run.pk}/").content.decode()
-    assert "awaiting approval" in html
+    assert "Awaiting approval" in html
     assert "Pause</button>" not in html and "Add note" not in html and 'value="approve"' not in html
 
 

@@ -84,6 +84,7 @@ class AnthropicProvider:
                 system=_system_blocks(request.system),
                 tools=_tools_with_cache_breakpoint(request.tools),
                 messages=_messages_with_cache_breakpoint(request.messages),
+                **({"tool_choice": request.tool_choice} if request.tool_choice else {}),
             )
         except anthropic.APIError as err:
             raise self._translate(err) from err

@@ -53,6 +53,8 @@ class TurnRequest:
     # The seq where the run's live branch began (0 until a rewind): a replayed script turn gets
     # new tool_use ids, so its calls are new calls with their own approvals.
     branch: int = 0
+    # Force a tool (the judge must answer with `verdict`).
+    tool_choice: dict[str, Any] | None = None
 
 
 @dataclass

@@ -40,6 +40,14 @@ def validate_script(script: Any) -> dict[str, Any]:
     turns = script.get("turns")
     if not isinstance(turns, list) or not turns:
         raise ScriptError("a script needs a non-empty 'turns' list")
+    judge = script.get("judge", [])
+    if not isinstance(judge, list):
+        raise ScriptError("'judge' must be a list of verdicts")
+    for i, verdict in enumerate(judge):
+        if not isinstance(verdict, dict) or not isinstance(verdict.get("criteria"), list):
+            raise ScriptError(
+                f"judge[{i}] needs a 'criteria' list of {{criterion, passed, reason}}"
+            )
     for i, turn in enumerate(turns):
         where = f"turns[{i}]"
         if not isinstance(turn, dict):
@@ -151,6 +159,28 @@ class ScriptedProvider:
             usage=usage,
             model=OFFLINE_MODEL,
             meta={"script_index": index},
+        )
+
+    def judge(self, request: TurnRequest) -> Turn:
+        """Play the script's next `judge` verdict (the judge is a separate call, with its own
+        place in the script)."""
+        index = request.previous_meta.get("judge_index", -1) + 1
+        verdicts = self.script.get("judge", [])
+        if index >= len(verdicts):
+            raise ScriptExhausted(f"the script has no judge verdict left (it has {len(verdicts)})")
+        return Turn(
+            content=[
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_scripted_judge_{index}",
+                    "name": "verdict",
+                    "input": verdicts[index],
+                }
+            ],
+            stop_reason="tool_use",
+            usage=Usage(),
+            model=OFFLINE_MODEL,
+            meta={"judge_index": index},
         )
 
 

@@ -33,6 +33,7 @@ from agents import (
     providers,
     queue,
     sandbox,
+    verification,
 )
 from agents.blobstore import BlobStore
 from agents.eventlog import LeaseLost, NewEvent
@@ -52,7 +53,7 @@ from agents.models import (
     Session,
     SessionStatus,
 )
-from agents.providers.base import ProviderError, Turn, TurnRequest
+from agents.providers.base import ProviderError, Turn, TurnRequest, Usage
 from agents.providers.pricing import cost_usd
 from agents.runtime import prompts
 from agents.runtime.conversation import INTERRUPTED, Conversation
@@ -257,6 +258,7 @@ class Driver:
             check_results=last_checks,
             listing=self.workspace.listing(),
             notes=notes,
+            acceptance=run.acceptance,
         )
         with transaction.atomic():
             session = Session.objects.create(run_id=self.run_id, index=index)
@@ -297,6 +299,10 @@ class Driver:
         self.file_changes = 0
 
     def _end_session(self, reason: str, extra: list[NewEvent] | None = None) -> None:
+        if reason == EndReason.HANDOFF and settings.SHIFTLOG["CHECKS_AT_SESSION_END"]:
+            # The ratchet's reading at this checkpoint: progress that slipped shows here, even
+            # if the agent never calls finish.
+            self._verify(at="session_end")
         events = list(extra or [])
         events.append(
             NewEvent(
@@ -488,27 +494,32 @@ class Driver:
         try:
             return self.provider.next_turn(request)
         except ProviderError as e:
-            self._append(
-                NewEvent(
-                    EventKind.ERROR,
-                    {
-                        "source": "provider",
-                        "error": type(e).__name__,
-                        "message": e.message,
-                        "status_code": e.status_code,
-                    },
-                    session_id=self.session.pk,
-                    actor=self.owner,
-                )
+            self._provider_failed(e)
+
+    def _provider_failed(self, e: ProviderError) -> None:
+        """A model call failed for good: record it, then pause (resumable) or fail the run."""
+        self._append(
+            NewEvent(
+                EventKind.ERROR,
+                {
+                    "source": "provider",
+                    "error": type(e).__name__,
+                    "message": e.message,
+                    "status_code": e.status_code,
+                },
+                session_id=self.session.pk,
+                actor=self.owner,
             )
-            target = RunStatus.FAILED if e.action == "fail" else RunStatus.PAUSED
-            lifecycle.transition(
-                self.run_id, target, actor=self.owner, reason=e.message, lease_owner=self.owner
-            )
-            self._end_session(
-                EndReason.FAILED
-            ) if target == RunStatus.FAILED else self._suspend_session()
-            raise _SliceOver("failed" if target == RunStatus.FAILED else "paused") from e
+        )
+        target = RunStatus.FAILED if e.action == "fail" else RunStatus.PAUSED
+        lifecycle.transition(
+            self.run_id, target, actor=self.owner, reason=e.message, lease_owner=self.owner
+        )
+        if target == RunStatus.FAILED:
+            self._end_session(EndReason.FAILED)
+        else:
+            self._suspend_session()
+        raise _SliceOver("failed" if target == RunStatus.FAILED else "paused") from e
 
     def _record_turn(self, turn: Turn, *, call_first: bool) -> None:
         usage = turn.usage
@@ -578,7 +589,7 @@ class Driver:
         """(input to run, approval, note for the agent), or None when the call must not run."""
         approval = self.approvals.get(block["id"])
         if approval is None:
-            decision = policy.decide(self.rules, block["name"], tool_input)
+            decision = self._decide(block["name"], tool_input)
             if decision.action == "allow":
                 return tool_input, None, ""
             if decision.action == "deny":
@@ -651,7 +662,7 @@ class Driver:
                             "tool_use_id": a.tool_use_id,
                             "tool": a.tool_name,
                             "input": a.tool_input,
-                            "reason": policy.decide(self.rules, a.tool_name, a.tool_input).reason,
+                            "reason": self._decide(a.tool_name, a.tool_input).reason,
                             "expires_at": a.expires_at.isoformat() if a.expires_at else None,
                         },
                         session_id=self.session.pk,
@@ -705,7 +716,23 @@ class Driver:
             tool_input = sandbox.validate_input(block["name"], block.get("input"))
         except sandbox.ToolInputError:
             return "invalid"
-        return policy.decide(self.rules, block["name"], tool_input).action
+        return self._decide(block["name"], tool_input).action
+
+    def _decide(self, name: str, tool_input: dict[str, Any]) -> policy.Decision:
+        """The policy's decision, with protected files first: the checks depend on them."""
+        if name in ("write_file", "edit_file") and self.run_obj.protected:
+            try:
+                rel = str(
+                    self.workspace.resolve(tool_input["path"]).relative_to(self.workspace.path)
+                )
+            except (sandbox.ToolInputError, ValueError):
+                rel = None
+            if rel is not None and verification.is_protected(self.run_obj.protected, rel):
+                return policy.Decision(
+                    self.run_obj.protected_action,
+                    f"{rel} is protected: the done-conditions depend on it",
+                )
+        return policy.decide(self.rules, name, tool_input)
 
     def _run_tool(self, block: dict[str, Any], *, already_called: bool) -> None:
         name = block["name"]
@@ -853,11 +880,28 @@ class Driver:
         self._record_result(
             block, sandbox.ToolResult(output="Handoff saved. This session ends now.")
         )
+        coverage = verification.goal_coverage(self.run_obj.goal, handoff)
+        if coverage < verification.DRIFT_THRESHOLD:
+            missing = sorted(
+                verification.words(self.run_obj.goal) - verification.words(str(handoff))
+            )
+            self._append(
+                NewEvent(
+                    EventKind.DRIFT_WARNING,
+                    {
+                        "coverage": round(coverage, 3),
+                        "threshold": verification.DRIFT_THRESHOLD,
+                        "goal_words_missing": missing[:30],
+                        "summary": handoff["summary"][:500],
+                    },
+                    session_id=self.session.pk,
+                    actor=self.owner,
+                )
+            )
         self._end_session(EndReason.HANDOFF)
         raise _SliceOver("handoff")
 
     def _finish(self, block: dict[str, Any], tool_input: dict[str, Any]) -> None:
-        run = self.run_obj
         lifecycle.transition(
             self.run_id,
             RunStatus.VERIFYING,
@@ -867,28 +911,25 @@ class Driver:
             session_id=self.session.pk,
             lease_owner=self.owner,
         )
-        results = checks.run_checks(
-            run.checks,
-            self.workspace,
-            should_stop=self._heartbeat,
-            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
-            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
-            isolation=settings.SHIFTLOG["ISOLATION"] or None,
-        )
-        for r in results:
-            self._append(
-                NewEvent(EventKind.CHECK_RESULT, r, session_id=self.session.pk, actor=self.owner)
-            )
-        passed = bool(results) and all(r["passed"] for r in results)
-        report = "# Done-conditions\n\n" + checks.summary(results) + "\n"
+        outcome = self._verify(at="finish")
+        passed, notes = outcome["passed"], outcome["notes"]
+        if passed and verification.criteria_of(self.run_obj):
+            verdict = self._judge(outcome["results"])
+            passed = verdict.passed
+            if not verdict.passed:
+                notes.append(
+                    "The judge did not accept the work:\n"
+                    + "\n".join(f"- {c['criterion']}: {c['reason']}" for c in verdict.failures())
+                )
+        summary = "\n\n".join([checks.summary(outcome["required"]), *notes])
         self._store_artifact(
             f"checks-session-{self.session.index}-turn-{self.session.turns}.md",
             ArtifactKind.REPORT,
-            report.encode(),
+            f"# Done-conditions\n\n{summary}\n".encode(),
             "text/markdown",
         )
         if passed:
-            self._record_result(block, sandbox.ToolResult(output=checks.summary(results)))
+            self._record_result(block, sandbox.ToolResult(output=summary))
             self._end_session(EndReason.FINISHED)
             lifecycle.transition(
                 self.run_id,
@@ -903,14 +944,173 @@ class Driver:
             self.run_id,
             RunStatus.RUNNING,
             actor=self.owner,
-            reason="done-conditions failed; the agent continues",
+            reason="done-conditions not met; the agent continues",
             expect={RunStatus.VERIFYING},
             session_id=self.session.pk,
             lease_owner=self.owner,
         )
-        self._record_result(
-            block, sandbox.ToolResult(output=checks.summary(results), is_error=True)
+        self._record_result(block, sandbox.ToolResult(output=summary, is_error=True))
+
+    def _verify(self, *, at: str) -> dict[str, Any]:
+        """Run the checks (and acceptance checks) as the harness: protected originals first, then
+        record results, regressions and acceptance changes. Returns what _finish needs."""
+        run = self.run_obj
+        notes: list[str] = []
+        if run.protected:
+            changed = verification.tampered(self.workspace, run.protected)
+            if changed:
+                self._append(
+                    NewEvent(
+                        EventKind.CHECK_TAMPERED,
+                        {"files": changed, "at": at},
+                        session_id=self.session.pk,
+                        actor=self.owner,
+                    )
+                )
+                verification.restore_originals(
+                    self.workspace, run.protected, [c["path"] for c in changed]
+                )
+                notes.append(
+                    "Protected files were changed and have been put back to their originals before "
+                    "the checks ran: " + ", ".join(c["path"] for c in changed)
+                )
+        extra = [
+            c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
+        ]
+        results = checks.run_checks(
+            [*run.checks, *extra],
+            self.workspace,
+            should_stop=self._heartbeat,
+            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=settings.SHIFTLOG["ISOLATION"] or None,
         )
+        for r in results:
+            r["at"] = at
+            r["required"] = r["command"] in run.checks
+        live = checkpoints.live_filter(self.run_id)
+        regressed = verification.regressions(self.run_id, results, live)
+        self._append(
+            *[
+                NewEvent(EventKind.CHECK_RESULT, r, session_id=self.session.pk, actor=self.owner)
+                for r in results
+            ],
+            *[
+                NewEvent(
+                    EventKind.CHECK_REGRESSED,
+                    {**g, "at": at},
+                    session_id=self.session.pk,
+                    actor=self.owner,
+                )
+                for g in regressed
+            ],
+        )
+        if regressed:
+            notes.append(
+                "REGRESSION: these checks passed earlier and fail now: "
+                + ", ".join(f"`{g['command']}`" for g in regressed)
+            )
+        by_command = {r["command"]: r["passed"] for r in results}
+        self._update_acceptance(
+            {
+                c["name"]: by_command[c["check"]]
+                for c in run.acceptance
+                if c.get("check") in by_command
+            }
+        )
+        required = [r for r in results if r["required"]]
+        failing = [
+            c["name"] for c in run.acceptance if c.get("check") and not by_command.get(c["check"])
+        ]
+        if failing:
+            notes.append("Acceptance criteria not met yet: " + ", ".join(failing))
+        passed = bool(required) and all(r["passed"] for r in required) and not failing
+        return {"passed": passed, "results": results, "required": required, "notes": notes}
+
+    def _update_acceptance(self, states: dict[str, bool]) -> None:
+        run = self.run_obj
+        changed = [
+            c["name"]
+            for c in run.acceptance
+            if c["name"] in states and c["passing"] != states[c["name"]]
+        ]
+        if not changed:
+            return
+        run.acceptance = [
+            {**c, "passing": states.get(c["name"], c["passing"])} for c in run.acceptance
+        ]
+        Run.objects.filter(pk=run.pk).update(acceptance=run.acceptance)
+        passing = sum(c["passing"] for c in run.acceptance)
+        self._append(
+            NewEvent(
+                EventKind.ACCEPTANCE_UPDATED,
+                {
+                    "changed": changed,
+                    "passing": passing,
+                    "total": len(run.acceptance),
+                    "criteria": run.acceptance,
+                },
+                session_id=self.session.pk,
+                actor=self.owner,
+            )
+        )
+
+    def _judge(self, results: list[dict[str, Any]]) -> verification.Verdict:
+        run = self.run_obj
+        start = (
+            Checkpoint.objects.filter(
+                run=run, kind__in=[CheckpointKind.RUN_START, CheckpointKind.FORK]
+            )
+            .order_by("seq")
+            .first()
+        )
+        changes = checkpoints.snapshots().diff(start.tree if start else None, self.workspace.path)
+        diff_text = "\n".join(
+            c.diff or f"{c.status}: {c.path}" + (" (binary)" if c.binary else "") for c in changes
+        )
+        so_far = (
+            Event.objects.filter(run=run, kind=EventKind.JUDGE_VERDICT)
+            .filter(checkpoints.live_filter(run.pk))
+            .count()
+        )
+        try:
+            verdict = verification.run_judge(
+                run,
+                self.provider,
+                diff_text=diff_text,
+                check_results=results,
+                verdicts_so_far=so_far,
+            )
+        except ProviderError as e:
+            self._provider_failed(e)
+        cost = cost_usd(verdict.model or run.judge_model or run.model, Usage(**verdict.usage))
+        self._append(
+            NewEvent(
+                EventKind.JUDGE_VERDICT,
+                {
+                    "criteria": verdict.criteria,
+                    "passed": verdict.passed,
+                    "model": verdict.model,
+                    "error": verdict.error,
+                    "usage": verdict.usage,
+                    "cost_usd": str(cost),
+                },
+                session_id=self.session.pk,
+                actor="judge",
+            )
+        )
+        if cost:
+            Run.objects.filter(pk=run.pk).update(cost_usd=F("cost_usd") + cost)
+            run.cost_usd += cost
+        judged = {c["criterion"]: c["passed"] for c in verdict.criteria}
+        self._update_acceptance(
+            {
+                c["name"]: judged[c["name"]]
+                for c in run.acceptance
+                if not c.get("check") and c["name"] in judged
+            }
+        )
+        return verdict
 
     # --- events -------------------------------------------------------------------------
     def _append(self, *new: NewEvent) -> eventlog.Appended:

@@ -65,6 +65,7 @@ def first_message(
     check_results: list[dict[str, Any]],
     listing: str,
     notes: list[str] | None = None,
+    acceptance: list[dict[str, Any]] | None = None,
 ) -> str:
     parts = [f"# Goal\n{goal}"]
     check_lines = "\n".join(f"- `{c}`" for c in checks) or "- (none)"
@@ -73,7 +74,18 @@ def first_message(
         + check_lines
     )
     if rubric:
-        parts.append(f"# Review criteria\n{rubric}")
+        parts.append(f"# Review criteria (an independent judge checks these)\n{rubric}")
+    if acceptance:
+        lines = [
+            f"- [{'x' if c['passing'] else ' '}] {c['name']}"
+            + (f" (checked by `{c['check']}`)" if c.get("check") else "")
+            for c in acceptance
+        ]
+        passing = sum(c["passing"] for c in acceptance)
+        parts.append(
+            f"# Acceptance criteria ({passing} of {len(acceptance)} passing; only the harness marks one passing)\n"
+            + "\n".join(lines)
+        )
     of = f" of at most {max_sessions}" if max_sessions else ""
     parts.append(
         f"# This session\nSession {session_index}{of}; up to {max_turns} turns before you are "

@@ -52,6 +52,27 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="waiting approvals expire (count as denied) after this",
         )
+        parser.add_argument(
+            "--rubric", default="", help="criteria for the independent judge, one a line"
+        )
+        parser.add_argument(
+            "--judge-model", default="", help="the judge's model (default: the run's)"
+        )
+        parser.add_argument(
+            "--protect",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a file or folder the checks depend on (repeatable)",
+        )
+        parser.add_argument("--protect-action", choices=["deny", "ask"], default="deny")
+        parser.add_argument(
+            "--criterion",
+            action="append",
+            default=[],
+            metavar="NAME[=CMD]",
+            help="an acceptance criterion: passes when CMD does, or when the judge says so",
+        )
         parser.add_argument("--user", help="the run's owner (recorded in the log)")
         parser.add_argument("--json", action="store_true")
 
@@ -98,6 +119,11 @@ class Command(BaseCommand):
                 max_turns_per_session=o["max_turns_per_session"],
                 workspace_from=o["workspace_from"],
                 tool_policy=rules,
+                rubric=o["rubric"],
+                judge_model=o["judge_model"],
+                protected_paths=o["protect"],
+                protected_action=o["protect_action"],
+                acceptance=o["criterion"],
                 webhook_urls=o["webhook"],
                 approval_timeout_seconds=o["approval_timeout"],
                 created_by=user,

@@ -4,6 +4,7 @@ import json
 
 from django.conf import settings
 
+from agents import checkpoints, verification
 from agents.management.base import RunCommand, get_run
 from agents.models import ApprovalStatus
 
@@ -55,6 +56,24 @@ def run_summary(run) -> dict:
         "global_tool_policy": settings.SHIFTLOG["TOOL_POLICY"],
         "webhook_urls": run.webhook_urls,
         "sessions": sessions,
+        "rubric": run.rubric,
+        "protected": sorted(run.protected),
+        "acceptance": run.acceptance,
+        "progress": [
+            {
+                "seq": e.seq,
+                "session": e.session.index if e.session else None,
+                "passing": e.payload["passing"],
+                "total": e.payload["total"],
+            }
+            for e in run.events.filter(kind="acceptance.updated")
+            .select_related("session")
+            .order_by("seq")
+        ],
+        "checks_history": verification.check_history(run.pk, checkpoints.live_filter(run.pk)),
+        "regressions": [
+            e.payload for e in run.events.filter(kind="check.regressed").order_by("seq")
+        ],
         "checkpoints": [
             {"id": c.pk, "seq": c.seq, "kind": c.kind, "label": c.label}
             for c in run.checkpoints.order_by("seq")
@@ -102,6 +121,13 @@ class Command(RunCommand):
             w(f"  session {s['index']}: {s['status']}{end}, {s['turns']} turns")
             if s["handoff"]:
                 w(f"    handoff: {s['handoff'].get('summary', '')}")
+        if data["acceptance"]:
+            passing = sum(c["passing"] for c in data["acceptance"])
+            w(f"  acceptance: {passing} of {len(data['acceptance'])} passing")
+            for c in data["acceptance"]:
+                w(f"    [{'x' if c['passing'] else ' '}] {c['name']}")
+        for g in data["regressions"]:
+            w(f"  REGRESSION: `{g['command']}` passed at #{g['passed_at_seq']} and failed later")
         for c in data["checkpoints"]:
             w(f"  checkpoint {c['id']} at #{c['seq']} ({c['kind']}) {c['label']}")
         rules = data["tool_policy"] + data["global_tool_policy"]
