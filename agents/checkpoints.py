@@ -194,7 +194,9 @@ def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
             if risks:
                 irreversible.append({"command": command, "risks": risks})
     usage = checkpoint.usage or {}
-    changes = snapshots().diff(checkpoint.tree, run.workspace_path, text_diffs=False)
+    changes = snapshots().diff(
+        checkpoint.tree, run.workspace_path, text_diffs=False, cache_path=cache_path(run)
+    )
     return Discarded(
         checkpoint_id=checkpoint.pk,
         from_seq=run.last_seq,
@@ -379,4 +381,6 @@ def restore_into(checkpoint: Checkpoint, run: Run) -> None:
 def diff(a: Checkpoint, b: Checkpoint | None) -> list[Change]:
     """Changes from checkpoint a to checkpoint b (of any run: a fork and its origin share one
     store), or to a's live workspace when b is None."""
-    return snapshots().diff(a.tree, b.tree if b is not None else a.run.workspace_path)
+    if b is not None:
+        return snapshots().diff(a.tree, b.tree)
+    return snapshots().diff(a.tree, a.run.workspace_path, cache_path=cache_path(a.run))

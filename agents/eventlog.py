@@ -90,7 +90,7 @@ def append_many(
         sql += f", {name} = {name} + %s"
         params.append(value)
     if lease_owner is not None:
-        sql += ", lease_expires_at = %s"
+        sql += ", lease_expires_at = %s, lease_renewals = lease_renewals + 1"
         params.append(now + timedelta(seconds=settings.SHIFTLOG["LEASE_SECONDS"]))
     sql += " WHERE id = %s"
     params.append(run_id)

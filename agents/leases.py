@@ -12,7 +12,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.models import DRIVABLE_STATUSES, Run
@@ -38,7 +38,10 @@ def claim(run_id: int, owner: str) -> bool:
 
 def renew(run_id: int, owner: str) -> str | None:
     """Extend the lease; returns the run's status, or None when the lease is lost."""
-    if not Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=_expiry()):
+    renewed = Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_expires_at=_expiry(), lease_renewals=F("lease_renewals") + 1
+    )
+    if not renewed:
         return None
     return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
 

@@ -126,6 +126,9 @@ class Run(models.Model):
     last_seq = models.PositiveBigIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Counted for /metrics: every extension of the lease, and every lease the reaper found dead.
+    lease_renewals = models.PositiveBigIntegerField(default=0)
+    lease_expiries = models.PositiveIntegerField(default=0)
     enqueued_at = models.DateTimeField(null=True, blank=True)
 
     objects = RunQuerySet.as_manager()

@@ -11,7 +11,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import approvals, queue
@@ -39,7 +39,11 @@ def reap(now=None) -> list[int]:
         cleared = (
             Run.objects.filter(pk=run_id, lease_owner=owner)
             .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
-            .update(lease_owner="", lease_expires_at=None)
+            .update(
+                lease_owner="",
+                lease_expires_at=None,
+                lease_expiries=F("lease_expiries") + (1 if owner else 0),
+            )
         )
         if cleared:
             if owner:

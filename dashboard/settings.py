@@ -243,6 +243,9 @@ SHIFTLOG = {
     "CHECKPOINT_EVERY": int(env_number("SHIFTLOG_CHECKPOINT_EVERY", 10)),
     # Run the checks at every session end too, so the ratchet sees progress slip between finishes.
     "CHECKS_AT_SESSION_END": env_bool("SHIFTLOG_CHECKS_AT_SESSION_END", True),
+    # /readyz and /metrics: with a token, callers send `Authorization: Bearer TOKEN`; without
+    # one, they are for logged-in staff only.
+    "METRICS_TOKEN": env_str("SHIFTLOG_METRICS_TOKEN"),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

@@ -332,6 +332,17 @@ def test_rewrite_that_keeps_size_and_mtime_is_seen(snaps: Snapshots, ws: Path, t
     assert second.tree != first.tree and snaps.read(second.tree, "f.txt") == b"bbbb"
 
 
+def test_a_cache_file_replaced_by_another_process_is_read_again(
+    snaps: Snapshots, ws: Path, tmp_path: Path
+):
+    sample_tree(ws)
+    cache = tmp_path / "cache.json"
+    snaps.snapshot(ws, cache_path=cache)
+    assert Snapshots(snaps.blobs).snapshot(ws, cache_path=cache).hashed_files == 0
+    StatCache().save(cache)  # what another worker process writing the same file looks like
+    assert snaps.snapshot(ws, cache_path=cache).hashed_files == 5
+
+
 def test_stat_cache_serialisation_and_bad_files(tmp_path: Path):
     c = StatCache({"a": {"b": [1, 2, 3, 4, "0" * 64]}, "caf\xe9": {}})
     assert StatCache.from_json(c.to_json()).dirs == c.dirs

@@ -1064,7 +1064,11 @@ class Driver:
             .order_by("seq")
             .first()
         )
-        changes = checkpoints.snapshots().diff(start.tree if start else None, self.workspace.path)
+        changes = checkpoints.snapshots().diff(
+            start.tree if start else None,
+            self.workspace.path,
+            cache_path=checkpoints.cache_path(run),
+        )
         diff_text = "\n".join(
             c.diff or f"{c.status}: {c.path}" + (" (binary)" if c.binary else "") for c in changes
         )
