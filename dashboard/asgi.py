@@ -7,8 +7,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django_asgi_app = get_asgi_application()
 
-# The embedded product has no separate web server in front: static files (the stylesheet, htmx
-# and its ws extension, vendored by django-htmx) are served from the app folders directly.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
@@ -18,6 +16,9 @@ from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
+        # The embedded product has no separate web server in front: static files (the
+        # stylesheet, htmx and its ws extension, vendored by django-htmx) are served from the
+        # app folders directly.
         "http": ASGIStaticFilesHandler(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
+from agents import checkpoints
 from agents.models import Approval, Run, RunStatus
 from dashboard import access, live, stream
 
@@ -24,6 +25,8 @@ SIDE_KINDS = live.ROW_KINDS | {
     "checkpoint.created",
     "budget.warning",
     "budget.exceeded",
+    "run.rewound",
+    "run.forked",
 }
 
 
@@ -109,6 +112,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         rows = stream.after(self.run_id, after, limit=CATCH_UP_CHUNK)
         if not rows and not always_side:
             return "", after, 0
+        if rows:  # a reconnect may catch up on events a rewind has since abandoned
+            stream.mark_abandoned(rows, checkpoints.abandoned_ranges(self.run_id))
         html = render_run_push(self.run_id, rows, self.rights, side=True)
         return html, rows[-1].seq if rows else after, len(rows)
 

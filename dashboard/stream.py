@@ -34,6 +34,7 @@ class Row:
     created_at: datetime
     session_id: int | None = None
     approval: Approval | None = None
+    abandoned: bool = False  # on a branch a rewind left behind
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -122,6 +123,19 @@ def attach_approvals(rows: list[Row]) -> list[Row]:
         for r in rows:
             if r.kind == "approval.requested":
                 r.approval = found.get(r.payload.get("approval_id"))
+    return rows
+
+
+def in_ranges(seq: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether seq is in one of the (after, upto] ranges of agents.checkpoints.abandoned_ranges."""
+    return any(after < seq <= upto for after, upto in ranges)
+
+
+def mark_abandoned(rows: list[Row], ranges: list[tuple[int, int]]) -> list[Row]:
+    """Flag the rows on abandoned branches, from ranges read once (no query per row)."""
+    if ranges:
+        for r in rows:
+            r.abandoned = in_ranges(r.seq, ranges)
     return rows
 
 

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dashboard import health, views
+from dashboard import checkpoint_views, health, views
 
 urlpatterns = [
     path("", views.runs, name="home"),
@@ -22,6 +22,17 @@ urlpatterns = [
     ],
     path("runs/<int:run_id>/note", views.run_note, name="run-note"),
     path("runs/<int:run_id>/policy", views.run_policy, name="run-policy"),
+    path("runs/<int:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),
+    *[
+        path(
+            f"runs/<int:run_id>/checkpoints/<int:checkpoint_id>/{action}",
+            checkpoint_views.checkpoint_action,
+            {"action": action},
+            name=f"checkpoint-{action}",
+        )
+        for action in checkpoint_views.ACTIONS
+    ],
+    path("runs/<int:run_id>/diff/", checkpoint_views.checkpoint_diff, name="checkpoint-diff"),
     path(
         "runs/<int:run_id>/artifacts/<int:artifact_id>/",
         views.artifact_view,

@@ -19,7 +19,7 @@ from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, services
+from agents import approvals, checkpoints, services
 from agents.blobstore import BlobStore
 from agents.models import (
     Approval,
@@ -106,16 +106,33 @@ def detail_context(user, run: Run, *, rights: access.Rights | None = None) -> di
     """Everything the run page's partials need except the events (the header, meters,
     sessions, checkpoints and artifacts); four queries, whatever the run's history."""
     sessions = list(Session.objects.filter(run=run).order_by("index"))
+    ranges = checkpoints.abandoned_ranges(run.pk)
     return {
         "run": run,
         "rights": rights or access.Rights.of(user, run),
         "sessions": sessions,
         "meters": meters(run, len(sessions)),
-        "checkpoints": list(
-            Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk")
-        ),
+        "checkpoints": timeline(run, ranges),
+        "abandoned_ranges": ranges,
         "artifacts": list(Artifact.objects.filter(run=run).order_by("-seq", "-pk")),
     }
+
+
+def timeline(run: Run, ranges: list[tuple[int, int]]) -> list[Checkpoint]:
+    """The run's checkpoints, newest first, each with what the timeline shows: the checkpoint
+    before it (for "diff with previous"), whether a rewind abandoned it, and its usage."""
+    items = list(
+        Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk")
+    )
+    for i, c in enumerate(items):
+        c.previous = items[i + 1] if i + 1 < len(items) else None
+        c.abandoned = stream.in_ranges(c.seq, ranges)
+        c.is_head = c.pk == run.head_checkpoint_id
+        usage = c.usage or {}
+        c.tokens = int(usage.get("total_tokens") or 0)
+        c.cost = usage.get("cost_usd") or "0"
+        c.turns = usage.get("turns") or 0
+    return items
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -197,7 +214,7 @@ def _demo_script() -> dict:
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.get_run_for_user(request.user, run_id)
     context = detail_context(request.user, run)
-    rows = stream.newest(run.pk)
+    rows = stream.mark_abandoned(stream.newest(run.pk), context["abandoned_ranges"])
     context.update(
         {
             "rows": rows,
@@ -225,7 +242,9 @@ def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
         before = int(request.GET["before"])
     except (KeyError, ValueError):
         raise Http404("before=SEQ is required") from None
-    rows = stream.newest(run.pk, before=before)
+    rows = stream.mark_abandoned(
+        stream.newest(run.pk, before=before), checkpoints.abandoned_ranges(run.pk)
+    )
     context = {
         "run": run,
         "rights": access.Rights.of(request.user, run),

@@ -129,13 +129,7 @@ class Driver:
         self.known_seq = run.last_seq
         if run.status == RunStatus.QUEUED:
             try:
-                lifecycle.transition(
-                    self.run_id,
-                    RunStatus.RUNNING,
-                    actor=self.owner,
-                    expect={RunStatus.QUEUED},
-                    lease_owner=self.owner,
-                )
+                self._transition(RunStatus.RUNNING, expect={RunStatus.QUEUED})
             except IllegalTransition:
                 return "not-drivable"
             run.refresh_from_db()
@@ -143,13 +137,10 @@ class Driver:
             # The worker that ran the checks died: back to running; _recover then closes its
             # finish call as interrupted and the agent calls finish again.
             try:
-                lifecycle.transition(
-                    self.run_id,
+                self._transition(
                     RunStatus.RUNNING,
-                    actor=self.owner,
                     reason="a worker stopped while the done-conditions ran; the agent continues",
                     expect={RunStatus.VERIFYING},
-                    lease_owner=self.owner,
                 )
             except IllegalTransition:
                 return "not-drivable"
@@ -323,6 +314,19 @@ class Driver:
                 CheckpointKind.SESSION_END, f"end of session {self.session.index} ({reason})"
             )
 
+    def _transition(self, target: str, *, reason: str = "", expect: set[str] | None = None) -> None:
+        """A status change caused by this worker, checked against its lease."""
+        session = getattr(self, "session", None)
+        lifecycle.transition(
+            self.run_id,
+            target,
+            actor=self.owner,
+            reason=reason,
+            expect=expect,
+            session_id=session.pk if session else None,
+            lease_owner=self.owner,
+        )
+
     def _suspend_session(self) -> None:
         Session.objects.filter(pk=self.session.pk, status=SessionStatus.ACTIVE).update(
             status=SessionStatus.SUSPENDED
@@ -466,13 +470,7 @@ class Driver:
 
     def _exceed(self, reason: str) -> None:
         self._append(NewEvent(EventKind.BUDGET_EXCEEDED, {"reason": reason}, actor=self.owner))
-        lifecycle.transition(
-            self.run_id,
-            RunStatus.PAUSED,
-            actor=self.owner,
-            reason=f"budget: {reason}; raise it and resume",
-            lease_owner=self.owner,
-        )
+        self._transition(RunStatus.PAUSED, reason=f"budget: {reason}; raise it and resume")
         if hasattr(self, "session"):
             self._suspend_session()
         raise _SliceOver("paused")
@@ -512,9 +510,7 @@ class Driver:
             )
         )
         target = RunStatus.FAILED if e.action == "fail" else RunStatus.PAUSED
-        lifecycle.transition(
-            self.run_id, target, actor=self.owner, reason=e.message, lease_owner=self.owner
-        )
+        self._transition(target, reason=e.message)
         if target == RunStatus.FAILED:
             self._end_session(EndReason.FAILED)
         else:
@@ -698,14 +694,10 @@ class Driver:
             waiting = Approval.objects.filter(
                 run_id=self.run_id, status=ApprovalStatus.PENDING
             ).count()
-            lifecycle.transition(
-                self.run_id,
+            self._transition(
                 RunStatus.AWAITING_APPROVAL,
-                actor=self.owner,
                 reason=f"waiting for a person to decide {waiting} tool call(s)",
                 expect={RunStatus.RUNNING},
-                session_id=self.session.pk,
-                lease_owner=self.owner,
             )
         self._suspend_session()
         raise _SliceOver("awaiting")
@@ -902,14 +894,10 @@ class Driver:
         raise _SliceOver("handoff")
 
     def _finish(self, block: dict[str, Any], tool_input: dict[str, Any]) -> None:
-        lifecycle.transition(
-            self.run_id,
+        self._transition(
             RunStatus.VERIFYING,
-            actor=self.owner,
             reason="the agent called finish; running the done-conditions",
             expect={RunStatus.RUNNING},
-            session_id=self.session.pk,
-            lease_owner=self.owner,
         )
         outcome = self._verify(at="finish")
         passed, notes = outcome["passed"], outcome["notes"]
@@ -931,23 +919,16 @@ class Driver:
         if passed:
             self._record_result(block, sandbox.ToolResult(output=summary))
             self._end_session(EndReason.FINISHED)
-            lifecycle.transition(
-                self.run_id,
+            self._transition(
                 RunStatus.SUCCEEDED,
-                actor=self.owner,
                 reason="every done-condition passed",
                 expect={RunStatus.VERIFYING},
-                lease_owner=self.owner,
             )
             raise _SliceOver("succeeded")
-        lifecycle.transition(
-            self.run_id,
+        self._transition(
             RunStatus.RUNNING,
-            actor=self.owner,
             reason="done-conditions not met; the agent continues",
             expect={RunStatus.VERIFYING},
-            session_id=self.session.pk,
-            lease_owner=self.owner,
         )
         self._record_result(block, sandbox.ToolResult(output=summary, is_error=True))
 

@@ -31,6 +31,29 @@
     el.className = "live-state " + cls;
   }
 
+  // A rewind that arrives live turns the events after its checkpoint into an abandoned branch:
+  // mark the rows (and checkpoints) the page already holds, as the server does on a fresh load.
+  function markAbandoned() {
+    document.querySelectorAll("#events .ev[data-abandons]:not([data-applied])").forEach(function (ev) {
+      var range = ev.getAttribute("data-abandons").split("-");
+      var after = parseInt(range[0], 10), upto = parseInt(range[1], 10);
+      ev.setAttribute("data-applied", "1");
+      document.querySelectorAll("#events .ev[data-seq]").forEach(function (row) {
+        var seq = parseInt(row.getAttribute("data-seq"), 10);
+        if (seq > after && seq <= upto && !row.classList.contains("abandoned")) {
+          row.classList.add("abandoned");
+          var badge = document.createElement("span");
+          badge.className = "badge abandoned-badge";
+          badge.textContent = "abandoned by rewind";
+          var meta = row.querySelector(".ev-meta");
+          if (meta) meta.appendChild(badge);
+        }
+      });
+    });
+  }
+  document.addEventListener("DOMContentLoaded", markAbandoned);
+  document.addEventListener("htmx:afterSwap", markAbandoned);
+
   var stuckToBottom = true;
   document.addEventListener("htmx:wsOpen", function () { opened = true; setState("live", "on"); });
   document.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "retry"); });
@@ -39,6 +62,7 @@
     stuckToBottom = !s || s.scrollHeight - s.scrollTop - s.clientHeight < 80;
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
+    markAbandoned();
     var s = document.getElementById("stream");
     if (s && stuckToBottom) s.scrollTop = s.scrollHeight;
     var rows = document.getElementById("run-rows");

@@ -217,6 +217,92 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         log.close()
 
 
+def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
+    pages, eve, tmp_path, shots
+):
+    """Approve the risky step, pause, and rewind to session 1's checkpoint from the timeline: the
+    confirm panel says what goes, the old branch is marked, the replay arrives live, and the
+    replayed risky step waits for a person again."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "serve.log").open("w")
+    # Slow enough turns that a person can pause the run after the approval.
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"],
+        env=serve_env(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="3"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_http(f"{base}/accounts/login/")
+        page = pages()
+        log_in(page, base)
+        run_id = start_demo(page, base)
+        page.evaluate("window.__notReloaded = true")
+        page.click(".approval.a-pending button[value=approve]", timeout=90_000)
+        page.wait_for_selector(".approval.a-approved", timeout=10_000)
+        page.click("#run-header button:has-text('Pause')")
+        page.wait_for_function(
+            "document.querySelector('#run-header .status').textContent.trim().toLowerCase()"
+            " === 'paused'",
+            timeout=30_000,
+        )
+        target = Run.objects.get(pk=run_id).checkpoints.get(kind="session_end")
+        page.click(f"#checkpoint-{target.pk} a:has-text('Rewind')")
+        panel = page.wait_for_selector("#checkpoint-action #confirm-panel", timeout=10_000)
+        text = panel.inner_text()
+        assert f"Rewind run {run_id} to checkpoint #{target.seq}?" in text
+        assert "Would discard" in text and "Sessions started after it: 2" in text, text
+        assert "textstats.py" in text and "tool.call" in text, text
+        assert status_of(run_id) == RunStatus.PAUSED, "showing the panel changed nothing"
+        page.fill("#confirm-panel textarea[name=note]", "go carefully with rm")
+        page.screenshot(path=str(shots / "checkpoint-rewind-confirm.png"), full_page=True)
+        page.click("#confirm-panel button.confirm-rewind")
+        page.wait_for_selector(".confirm.done", timeout=30_000)
+        rewound = page.wait_for_selector(".ev.run-rewound", timeout=20_000)
+        rewound_seq = int(rewound.get_attribute("data-seq"))
+        # The branch left behind is marked live, without a reload.
+        page.wait_for_selector(".ev.abandoned .abandoned-badge", timeout=10_000)
+        # The replay arrives live: session 3, then the risky step waits for a person again.
+        page.wait_for_function(
+            f"[...document.querySelectorAll('#events [data-seq]')].some(e => +e.dataset.seq > {rewound_seq} && e.classList.contains('session-started'))",
+            timeout=60_000,
+        )
+        page.click(".approval.a-pending button[value=approve]", timeout=90_000)
+        page.wait_for_function(
+            "document.querySelector('#run-header .status').textContent.trim().toLowerCase()"
+            " === 'succeeded'",
+            timeout=90_000,
+        )
+        assert page.evaluate("window.__notReloaded") is True
+        last = Run.objects.get(pk=run_id).last_seq
+        page.wait_for_function(
+            f"document.querySelector('#events [data-seq=\"{last}\"]') !== null", timeout=20_000
+        )
+        seqs = dom_seqs(page)
+        assert seqs == list(range(seqs[0], last + 1))  # no gap, no duplicate
+        abandoned = page.eval_on_selector_all(
+            "#events .ev.abandoned", "els => els.map(e => parseInt(e.dataset.seq, 10))"
+        )
+        assert abandoned and all(target.seq < s < rewound_seq for s in abandoned)
+        assert "abandoned by rewind" in page.inner_text("#checkpoints")  # the old pre-approval one
+        page.screenshot(path=str(shots / "run-rewound.png"))
+        first = Run.objects.get(pk=run_id).checkpoints.get(kind="run_start")
+        page.goto(f"{base}/runs/{run_id}/diff/?a={first.pk}&b={target.pk}")
+        page.wait_for_selector(".file-diff pre.diff .add")
+        assert "textstats.py" in page.inner_text("#diff-summary")
+        page.screenshot(path=str(shots / "checkpoint-diff.png"), full_page=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
 def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_path, shots):
     procs = Procs(tmp_path)
     port = free_port()
