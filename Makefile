@@ -35,8 +35,11 @@ run: setup system-deps
 	$(PY) manage.py bootstrap
 	$(PY) manage.py serve --port $(PORT)
 
+# Every test on SQLite, then the ones that touch the database, the queue or the channel layer
+# again on the PostgreSQL and Redis of this machine (skipped, saying so, when they do not answer).
 test: setup system-deps
 	$(PY) -m pytest
+	$(PY) -m tests.services
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -16,9 +16,16 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from agents.models import Event, Run, Session
+
+
+# Sent once the transaction that appended events has committed, with `events` (the new Event
+# rows, in seq order). The dashboard listens when its channel layer reaches other processes
+# (Redis), so a worker's events are pushed to browsers at once instead of waiting for a tail.
+events_committed = Signal()
 
 
 class LeaseLost(Exception):
@@ -123,6 +130,10 @@ def append_many(
             for i, item in enumerate(new)
         ]
         _insert(events, now)
+        if events_committed.has_listeners():  # nobody listens in the embedded mode: no cost
+            transaction.on_commit(
+                lambda: events_committed.send(sender=Event, events=events), robust=True
+            )
     return Appended(events=events, status=status)
 
 

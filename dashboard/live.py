@@ -7,6 +7,11 @@ order: writers are serialised) — and sends each batch to the channel-layer gro
 touches (`run-<pk>`) and to `runs` (lists, inboxes and every header's approval count). One poll
 per process, not per socket: a thousand sockets cost the database the same as one.
 
+With REDIS_URL the channel layer (channels-redis) reaches every process, so nobody tails: the
+process that commits events — a worker, or a web process recording a person's action — publishes
+them itself right after the commit (`push_committed`, connected in dashboard.apps). Several web
+processes then cost the database nothing, and an event reaches its pages in a few milliseconds.
+
 Consumers never trust the tailer alone: every event carries its seq, and a consumer that sees a
 gap (a dropped message, a slow socket) reads the missing events from the database. So the tailer
 may be late or lose a message, but a page never shows a gap or a duplicate.
@@ -17,13 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db.models import Max
 
-from agents.models import Event
+from agents.models import Event, Run
 from dashboard import stream
 
 log = logging.getLogger("dashboard.live")
@@ -53,6 +61,8 @@ class Tailer:
     async def ensure_running(self) -> None:
         """Start tailing (once per process). Returns after the starting point is fixed, so a
         consumer that reads its catch-up from the database after this misses nothing."""
+        if settings.SHIFTLOG["LIVE_PUSH"]:
+            return  # the committing processes publish (push_committed): nothing to tail
         loop = asyncio.get_running_loop()
         if self.loop is not loop:  # a new event loop (tests run one each): start afresh
             self.loop, self.task, self.last_pk, self._starting = loop, None, None, None
@@ -127,6 +137,30 @@ async def publish(layer, rows: list[dict[str, Any]]) -> None:
 
 
 tailer = Tailer()
+
+
+@lru_cache(maxsize=4096)
+def _owner(run_id: int) -> int | None:
+    return Run.objects.filter(pk=run_id).values_list("created_by_id", flat=True).first()
+
+
+def push_committed(sender, events: list[Event], **kwargs) -> None:
+    """eventlog.events_committed → the channel layer, from the process that committed them.
+
+    A failure is logged, never raised: the events are committed, and a page that misses them
+    reads them from the database at the next event it gets (or when it reconnects).
+    """
+    rows = [
+        {
+            **{f: getattr(e, "pk" if f == "pk" else f) for f in stream.EVENT_FIELDS},
+            "run__created_by_id": _owner(e.run_id),
+        }
+        for e in events
+    ]
+    try:
+        async_to_sync(publish)(get_channel_layer(), rows)
+    except Exception:
+        log.exception("pushing %d event(s) of run %s failed", len(rows), events[0].run_id)
 
 
 class RenderCache:

@@ -246,6 +246,9 @@ SHIFTLOG = {
     # /readyz and /metrics: with a token, callers send `Authorization: Bearer TOKEN`; without
     # one, they are for logged-in staff only.
     "METRICS_TOKEN": env_str("SHIFTLOG_METRICS_TOKEN"),
+    # Live pages: with a channel layer shared by every process (Redis), the process that commits
+    # events publishes them; without one, each web process tails the event log (dashboard.live).
+    "LIVE_PUSH": bool(REDIS_URL),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),

@@ -1,9 +1,10 @@
 """Real processes for tests: huey consumers, the reaper and helper scripts, on the test database.
 
 The in-process tests use tests.settings, whose huey lives in memory; these helpers start real
-`manage.py` processes with the production settings (dashboard.settings) pointed at the same SQLite
-file and data folder as the test, and at a SqliteHuey file of the test's own. That is the embedded
-deployment, only with short timings, so what the tests see is what a real worker does.
+`manage.py` processes with the production settings (dashboard.settings) pointed at the same
+database (the SQLite file, or the PostgreSQL test database) and data folder as the test, and at a
+queue of the test's own (a SqliteHuey file, or a RedisHuey name). That is a real deployment, only
+with short timings, so what the tests see is what a real worker does.
 
 Every process is started in its own session (process group) and `Procs.close()` kills the groups
 and any tool processes they left behind, so a failing or timed-out test never leaks a worker.
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
@@ -92,6 +94,40 @@ def dump_events(run_id: int) -> str:
 
 
 # --- processes ------------------------------------------------------------------------------
+def process_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a real process (worker, web server, command) that must share this
+    test's database, data folder and backends: SQLite or PostgreSQL, SqliteHuey or Redis."""
+    db = connection.settings_dict
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "SHIFTLOG_DATA_DIR": str(settings.DATA_DIR),
+            "SHIFTLOG_WORKSPACES": str(settings.SHIFTLOG["WORKSPACE_ROOT"]),
+            "SHIFTLOG_BLOBS": str(settings.SHIFTLOG["BLOB_ROOT"]),
+        }
+    )
+    if connection.vendor == "postgresql":
+        auth = db["USER"] + (f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else "")
+        env["DATABASE_URL"] = f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    else:
+        if not Path(db["NAME"]).exists():
+            raise RuntimeError(
+                f"{db['NAME']} is not a database file: real processes need "
+                "@pytest.mark.django_db(transaction=True)"
+            )
+        env["SHIFTLOG_DB"] = str(db["NAME"])
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+        # A queue of the test's own: another test's leftover tasks never reach its workers.
+        env["SHIFTLOG_HUEY_NAME"] = f"shiftlog-test-{os.getpid()}-{tmp_path.name}"
+    else:
+        env["SHIFTLOG_HUEY_DB"] = str(tmp_path / "huey.sqlite3")
+    return env
+
+
 def _stat(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None."""
     try:
@@ -158,28 +194,15 @@ class Procs:
 
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
-        self.huey_db = tmp_path / "huey.sqlite3"
         self.started: list[Proc] = []
         # Tool processes a killed worker may leave behind (they run in sessions of their own).
         self.strays: set[tuple[int, str]] = set()
 
     def env(self, **extra: str | float) -> dict[str, str]:
-        db = connection.settings_dict["NAME"]
-        if not Path(db).exists():
-            raise RuntimeError(
-                f"{db} is not a database file: real processes need "
-                "@pytest.mark.django_db(transaction=True)"
-            )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
+        env = process_env(self.tmp_path)
         env.update(
             {
-                "DJANGO_SETTINGS_MODULE": "dashboard.settings",
                 "PYTHONUNBUFFERED": "1",
-                "SHIFTLOG_DATA_DIR": str(settings.DATA_DIR),
-                "SHIFTLOG_DB": str(db),
-                "SHIFTLOG_HUEY_DB": str(self.huey_db),
-                "SHIFTLOG_WORKSPACES": str(settings.SHIFTLOG["WORKSPACE_ROOT"]),
-                "SHIFTLOG_BLOBS": str(settings.SHIFTLOG["BLOB_ROOT"]),
                 "SHIFTLOG_HUEY_IMMEDIATE": "false",
                 # The periodic reaper runs once a minute; tests run the reaper themselves.
                 "SHIFTLOG_REAPER_INTERVAL": "0",
@@ -236,14 +259,17 @@ class Procs:
             )
         return done.stdout
 
-    def enqueue(self, run_id: int, times: int = 1) -> None:
-        """Put slices of the run on the real queue, through agents.queue.enqueue itself.
+    def enqueue(self, *run_ids: int, times: int = 1) -> None:
+        """Put slices of the runs on the real queue, through agents.queue.enqueue itself.
 
         Runs created in the test process were queued on tests.settings' in-memory huey, which no
         worker reads. Outside a transaction enqueue's on_commit fires at once, so a plain
-        `manage.py shell -c` queues the task into the SqliteHuey file the consumers poll.
+        `manage.py shell -c` queues the tasks into the queue the consumers read.
         """
-        code = f"from agents.queue import enqueue\nfor _ in range({times}): enqueue({run_id})"
+        code = (
+            "from agents.queue import enqueue\n"
+            f"for _ in range({times}):\n    for run_id in {list(run_ids)}: enqueue(run_id)"
+        )
         self.manage("shell", "-c", code)
 
     def reap_until_requeued(self, run_id: int, *, timeout: float, **env: Any) -> None:

@@ -11,6 +11,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.test import Client
 
 from agents import eventlog, services
@@ -18,6 +19,7 @@ from agents.models import Event
 from dashboard import live
 from dashboard.routing import websocket_urlpatterns
 from tests.conftest import drive_until_idle, make_run
+from tests.procs import Procs
 from tests.test_dashboard_views import user_with
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
@@ -56,6 +58,19 @@ async def nothing_more(comm, wait=0.3) -> bool:
 
 
 append = database_sync_to_async(eventlog.append)
+
+
+def stop_delivery():
+    """Stop live delivery (the tailer, or with Redis the push from the committing process);
+    returns what starts it again."""
+    if settings.SHIFTLOG["LIVE_PUSH"]:
+        eventlog.events_committed.disconnect(dispatch_uid=PUSH_UID)
+        return lambda: eventlog.events_committed.connect(live.push_committed, dispatch_uid=PUSH_UID)
+    live.tailer.task.cancel()
+    return lambda: None
+
+
+PUSH_UID = "dashboard.live.push"
 
 
 @pytest.fixture
@@ -169,13 +184,17 @@ def test_a_dropped_message_is_read_from_the_database(owner):
         assert (await comm.connect())[0]
         start = run.last_seq
         # Three events; the layer "loses" the first two, only the third reaches the socket.
-        await append(run.pk, "human.note", {"text": "a"})
-        await append(run.pk, "human.note", {"text": "b"})
-        third = await append(run.pk, "human.note", {"text": "c"})
+        restore = stop_delivery()
+        try:
+            await append(run.pk, "human.note", {"text": "a"})
+            await append(run.pk, "human.note", {"text": "b"})
+            third = await append(run.pk, "human.note", {"text": "c"})
+        finally:
+            restore()
+        assert await nothing_more(comm), "delivery was stopped"
         values = await database_sync_to_async(
             lambda: Event.objects.filter(pk=third.pk).values(*live.stream.EVENT_FIELDS)[0]
         )()
-        live.tailer.task.cancel()  # nobody else delivers
         await get_channel_layer().group_send(
             live.run_group(run.pk),
             {"type": "run.events", "events": [live.stream.to_message(values)]},
@@ -187,7 +206,7 @@ def test_a_dropped_message_is_read_from_the_database(owner):
     async_to_sync(go)()
 
 
-def test_many_sockets_share_one_tailer_and_each_gets_every_event_once(owner):
+def test_many_sockets_share_one_delivery_and_each_gets_every_event_once(owner):
     run = make_run(created_by=owner)
 
     async def go():
@@ -204,7 +223,10 @@ def test_many_sockets_share_one_tailer_and_each_gets_every_event_once(owner):
         for c in comms:
             got = await receive_until(c, lambda t: want[-1] in seqs(t))
             assert seqs(got) == want
-        assert live.tailer.task is task  # one per process
+        if settings.SHIFTLOG["LIVE_PUSH"]:
+            assert task is None  # the committing process publishes: nobody tails
+        else:
+            assert task is not None and live.tailer.task is task  # one per process
         for c in comms:
             await c.disconnect()
 
@@ -256,6 +278,33 @@ def test_a_reconnect_refreshes_the_count(owner):
         assert (await comm.connect())[0]
         got = await comm.receive_from(timeout=3)
         assert 'id="approval-count"' in got
+        await comm.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_an_event_committed_by_another_process_reaches_the_socket(owner, tmp_path):
+    """The worker is another process: its events reach this process's sockets (through the
+    tailer, or with Redis pushed by the worker itself right after its commit)."""
+    run = make_run(created_by=owner)
+    procs = Procs(tmp_path)
+
+    async def go():
+        comm = WebsocketCommunicator(
+            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
+        )
+        assert (await comm.connect())[0]
+        code = (
+            "import sys\nfrom agents import eventlog\n"
+            "eventlog.append(int(sys.argv[1]), 'human.note', {'text': 'from afar'})"
+        )
+        proc = await database_sync_to_async(procs.python)("appender", code, str(run.pk))
+        try:
+            got = await receive_until(comm, lambda t: "from afar" in t, timeout=20)
+        finally:
+            await database_sync_to_async(proc.wait)(20)
+            procs.close()
+        assert seqs(got) == [run.last_seq + 1], got
         await comm.disconnect()
 
     async_to_sync(go)()

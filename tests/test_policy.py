@@ -4,6 +4,8 @@ import pytest
 
 from agents.policy import PolicyError, classify_bash, decide, similar_rule, validate
 
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
+
 
 @pytest.mark.parametrize(
     ("command", "risk"),

@@ -21,6 +21,8 @@ from agents.providers.base import (
 from agents.providers.pricing import DEFAULT_MODEL, PRICES, cost_usd, price_for
 from tests.fake_anthropic import FakeAnthropic
 
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
+
 KEY = "sk-ant-test-0123456789-secret"
 
 BASH = {

@@ -17,6 +17,8 @@ import pytest
 
 from agents.sandbox import Workspace, isolation_available, run_command
 
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
+
 BWRAP = isolation_available() == "bwrap"
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bubblewrap is not usable here")
 # The subprocess path always runs; the bwrap path too wherever bubblewrap works.

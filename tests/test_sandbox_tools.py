@@ -19,6 +19,8 @@ from agents.sandbox import (
     validate_input,
 )
 
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
+
 FIVE_MB = 5 * 1024 * 1024
 
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from agents.sandbox import PathEscape, ToolInputError, Workspace
 
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
+
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:

@@ -12,12 +12,11 @@ import urllib.error
 import urllib.request
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from agents import services
 from agents.models import Run, RunStatus
 from tests.conftest import approve_pending
+from tests.procs import process_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -51,11 +50,7 @@ def test_serve_runs_a_lost_run_to_success_and_ctrl_c_stops_everything(tmp_path, 
     run = services.create_demo_run(turn_delay_seconds=0)
     port = free_port()
     env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-        "SHIFTLOG_DATA_DIR": str(settings.DATA_DIR),
-        "SHIFTLOG_DB": connection.settings_dict["NAME"],
-        "SHIFTLOG_HUEY_DB": str(tmp_path / "huey.sqlite3"),
+        **process_env(tmp_path),
         "SHIFTLOG_REQUEUE_AFTER_SECONDS": "0.5",
         "SHIFTLOG_REAPER_INTERVAL": "0.5",
     }

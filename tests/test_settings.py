@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -7,6 +8,10 @@ import sys
 import pytest
 
 from dashboard.settings import ImproperlyConfigured, env_bool, env_number
+
+# Settings are read from the environment of fresh processes: nothing here for the
+# PostgreSQL + Redis pass to repeat.
+pytestmark = pytest.mark.no_services
 
 
 def test_env_helpers_fail_loudly_on_bad_values(monkeypatch):
@@ -49,6 +54,34 @@ def test_database_url_must_be_postgres(tmp_path):
     assert "DATABASE_URL must be a postgres://" in proc.stderr
 
 
+def test_database_url_and_redis_url_switch_database_queue_channel_layer_and_live_push(tmp_path):
+    code = (
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.DATABASES['default']['ENGINE'], s.DATABASES['default']['NAME'], "
+        "s.HUEY['huey_class'], s.HUEY['url'], s.CHANNEL_LAYERS['default']['BACKEND'], "
+        "s.SHIFTLOG['LIVE_PUSH']]))"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "SHIFTLOG_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": "postgres://someone@db.example:5433/shiftlog",
+        "REDIS_URL": "redis://cache.example:6380/2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [
+        "django.db.backends.postgresql",
+        "shiftlog",
+        "agents.queue.RedisHuey",
+        "redis://cache.example:6380/2",
+        "channels_redis.core.RedisChannelLayer",
+        True,
+    ]
+
+
 def test_the_embedded_defaults_are_sqlite_wal_immediate_and_a_separate_huey_file(settings):
     db = settings.DATABASES["default"]
     assert db["ENGINE"] == "django.db.backends.sqlite3"
@@ -60,3 +93,47 @@ def test_the_embedded_defaults_are_sqlite_wal_immediate_and_a_separate_huey_file
     assert real.HUEY["filename"] != db["NAME"]
     assert real.HUEY["immediate"] is False
     assert real.HUEY["consumer"]["graceful_signal"] == "TERM"
+    assert real.SHIFTLOG["LIVE_PUSH"] is False  # each web process tails the log instead
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('[{"tool": "bash", "action": "sure"}]', "rule 1: action must be one of"),
+        ('{"tool": "bash", "action": "deny"}', "a tool policy is a list of rules"),
+        ("[{tool: bash}]", "Expecting property name"),
+    ],
+)
+def test_a_bad_global_tool_policy_stops_start_up_saying_what_is_wrong(tmp_path, value, message):
+    proc = _check({"SHIFTLOG_TOOL_POLICY": value}, tmp_path)
+    assert proc.returncode != 0
+    assert f"SHIFTLOG_TOOL_POLICY: {message}" in proc.stderr
+
+
+def test_the_people_in_the_loop_settings_are_read_from_the_environment(tmp_path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "SHIFTLOG_DATA_DIR": str(tmp_path),
+        "SHIFTLOG_WEBHOOK_URLS": "http://a.example/hook,https://b.example/hook",
+        "SHIFTLOG_TOOL_POLICY": '[{"tool": "bash", "pattern": "^git push", "action": "deny"}]',
+        "SHIFTLOG_APPROVAL_TIMEOUT": "90",
+    }
+    keys = ["WEBHOOK_URLS", "TOOL_POLICY", "APPROVAL_TIMEOUT_SECONDS"]
+    code = (
+        "import json; from django.conf import settings; "
+        f"print(json.dumps({{k: settings.SHIFTLOG[k] for k in {keys!r}}}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "WEBHOOK_URLS": ["http://a.example/hook", "https://b.example/hook"],
+        "TOOL_POLICY": [{"tool": "bash", "pattern": "^git push", "action": "deny"}],
+        "APPROVAL_TIMEOUT_SECONDS": 90,
+    }

@@ -705,6 +705,8 @@ import sys
 from pathlib import Path
 from agents.blobstore import BlobStore
 from agents.snapshots import Snapshots
+
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
 Snapshots(BlobStore(sys.argv[1])).snapshot(Path(sys.argv[2]))
 print("done", flush=True)
 """

@@ -180,6 +180,55 @@ def timed_step(label: str, seconds: float = 0.15) -> dict:
     return bash(f"{stamp.format('start')}; sleep {seconds}; {stamp.format('end')}")
 
 
+def assert_played_once_by_one_worker_at_a_time(run: Run, labels: list[str]) -> set[str]:
+    """The run's script was played once, in order; its tool calls were made once each; one step
+    was one worker's; its timed commands (steps.log) never overlapped. Returns the workers."""
+    log = dump_events(run.pk)
+    all_events = list(Event.objects.filter(run=run).order_by("seq"))
+    calls = [e for e in all_events if e.kind == "tool.call"]
+    ids = [e.payload["tool_use_id"] for e in calls]
+    assert len(ids) == len(set(ids)), f"a tool call was made twice: {Counter(ids)}\n{log}"
+    # Every script turn was played once, in order (a second driver would replay one).
+    played = [
+        e.payload["meta"]["script_index"]
+        for e in all_events
+        if e.kind == "model.turn" and not e.payload["meta"].get("synthesized")
+    ]
+    assert played == list(range(len(labels) + 1)), log
+
+    # Tool events strictly alternate call, result, call, result, each pair about one tool use;
+    # and all results of one step (one model turn) come from one worker.
+    open_call, step_workers = None, set()
+    workers = set()
+    for e in all_events:
+        if e.kind == "model.turn":
+            assert open_call is None, f"a turn began while #{open_call.seq} was open\n{log}"
+            assert len(step_workers) <= 1, f"one step, several workers {step_workers}\n{log}"
+            step_workers = set()
+        elif e.kind == "tool.call":
+            assert open_call is None, f"#{e.seq} called while #{open_call.seq} was open\n{log}"
+            open_call = e
+        elif e.kind == "tool.result":
+            assert open_call is not None, f"#{e.seq}: a result without a call\n{log}"
+            assert e.payload["tool_use_id"] == open_call.payload["tool_use_id"], log
+            assert e.actor.startswith("worker:"), log
+            step_workers.add(e.actor)
+            workers.add(e.actor)
+            open_call = None
+    assert open_call is None, log
+
+    # The commands themselves never overlapped in time, and each ran once.
+    stamps = [line.split() for line in lines(run.workspace_path / "steps.log")]
+    assert Counter((what, label) for _, what, label in stamps) == Counter(
+        {(what, label): 1 for label in labels for what in ("start", "end")}
+    ), stamps
+    intervals = sorted((float(t), label) for t, what, label in stamps if what == "start")
+    ends = {label: float(t) for t, what, label in stamps if what == "end"}
+    for (_, earlier), (start, later) in pairwise(intervals):
+        assert ends[earlier] <= start, f"{earlier} and {later} ran at the same time: {stamps}"
+    return workers
+
+
 RIVAL = """
 import sys, time
 from agents.models import Run
@@ -224,52 +273,51 @@ def test_two_consumers_flooded_with_duplicate_slices_never_drive_one_run_at_once
     assert_gap_free(run)
     assert Session.objects.filter(run=run).count() >= 3, log
 
-    all_events = list(Event.objects.filter(run=run).order_by("seq"))
-    calls = [e for e in all_events if e.kind == "tool.call"]
-    ids = [e.payload["tool_use_id"] for e in calls]
-    assert len(ids) == len(set(ids)), f"a tool call was made twice: {Counter(ids)}\n{log}"
-    # Every script turn was played once, in order (a second driver would replay one).
-    played = [
-        e.payload["meta"]["script_index"]
-        for e in all_events
-        if e.kind == "model.turn" and not e.payload["meta"].get("synthesized")
-    ]
-    assert played == list(range(len(labels) + 1)), log
-
-    # Tool events strictly alternate call, result, call, result, each pair about one tool use;
-    # and all results of one step (one model turn) come from one worker.
-    open_call, step_workers = None, set()
-    workers = set()
-    for e in all_events:
-        if e.kind == "model.turn":
-            assert open_call is None, f"a turn began while #{open_call.seq} was open\n{log}"
-            assert len(step_workers) <= 1, f"one step, several workers {step_workers}\n{log}"
-            step_workers = set()
-        elif e.kind == "tool.call":
-            assert open_call is None, f"#{e.seq} called while #{open_call.seq} was open\n{log}"
-            open_call = e
-        elif e.kind == "tool.result":
-            assert open_call is not None, f"#{e.seq}: a result without a call\n{log}"
-            assert e.payload["tool_use_id"] == open_call.payload["tool_use_id"], log
-            assert e.actor.startswith("worker:"), log
-            step_workers.add(e.actor)
-            workers.add(e.actor)
-            open_call = None
-    assert open_call is None, log
-
-    # The commands themselves never overlapped in time, and each ran once.
-    stamps = [line.split() for line in lines(run.workspace_path / "steps.log")]
-    assert Counter((what, label) for _, what, label in stamps) == Counter(
-        {(what, label): 1 for label in labels for what in ("start", "end")}
-    ), stamps
-    intervals = sorted((float(t), label) for t, what, label in stamps if what == "start")
-    ends = {label: float(t) for t, what, label in stamps if what == "end"}
-    for (_, earlier), (start, later) in pairwise(intervals):
-        assert ends[earlier] <= start, f"{earlier} and {later} ran at the same time: {stamps}"
+    workers = assert_played_once_by_one_worker_at_a_time(run, labels)
 
     # Otherwise the test would prove nothing: the run really changed hands, across processes.
     pids = {actor.split(":")[2] for actor in workers}
     assert len(pids) >= 2, f"driven by {workers} only"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_four_worker_processes_drive_twenty_runs_at_once_each_by_one_worker_at_a_time(procs):
+    """Scale-out on one database: 4 consumer processes, 20 runs at once, every run changing
+    hands at each session and slice. Run again on PostgreSQL + Redis by `make test`."""
+    labels = {}
+    for i in range(20):
+        steps = [f"r{i}s{j}" for j in range(4)]
+        run = make_run(
+            turns=[*(timed_step(label, 0.05) for label in steps), finish_turn()],
+            checks=["test -f steps.log"],
+            max_turns_per_session=2,
+        )
+        labels[run.pk] = steps
+    timing = {"SHIFTLOG_SLICE_SECONDS": 0.5, "SHIFTLOG_LEASE_SECONDS": 10}
+    for n in range(4):
+        procs.consumer(workers=2, name=f"consumer-{n}", **timing)
+    procs.enqueue(*labels, times=2)  # more slices than runs: duplicates must be harmless
+
+    def over() -> bool:
+        return not Run.objects.filter(pk__in=labels).exclude(status__in=TERMINAL).exists()
+
+    wait_for(
+        over,
+        timeout=240,
+        interval=0.5,
+        what="20 runs to end",
+        details=lambda: f"{list(Run.objects.values_list('pk', 'status'))}\n{procs.logs()}",
+    )
+    workers = set()
+    for run in Run.objects.filter(pk__in=labels).order_by("pk"):
+        assert run.status == RunStatus.SUCCEEDED, f"{run.status_reason}\n{dump_events(run.pk)}"
+        assert_gap_free(run)
+        assert Session.objects.filter(run=run).count() >= 3
+        workers |= assert_played_once_by_one_worker_at_a_time(run, labels[run.pk])
+    # The work really was spread over the processes (otherwise this proved nothing).
+    pids = {actor.split(":")[2] for actor in workers}
+    assert len(pids) >= 3, f"driven by {sorted(pids)} only"
 
 
 # --- 3. a worker killed mid-tool ------------------------------------------------------------
@@ -400,25 +448,31 @@ def test_a_forced_isolation_is_the_one_tools_and_checks_really_run_with(settings
 FROZEN_SLOW = 'echo "slow start" >> counter.txt; sleep 1; echo "slow end" >> counter.txt'
 
 
-def freeze_outside_a_write(proc, attempts: int = 20) -> None:
+def freeze_outside_a_write(proc, run: Run, attempts: int = 20) -> None:
     """SIGSTOP the worker, but not in the middle of a write: a process frozen while it holds
-    SQLite's write lock would freeze everyone. Thaw and try again if it does."""
+    SQLite's write lock (or, on PostgreSQL, the run row's lock) would freeze everyone. Thaw and
+    try again if it does."""
     import sqlite3
 
-    from django.db import connection
+    from django.db import DatabaseError, connection, transaction
 
     for _ in range(attempts):
         proc.signal(signal.SIGSTOP)
-        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5)
         try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
+            if connection.vendor == "sqlite":
+                probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5)
+                try:
+                    probe.execute("BEGIN IMMEDIATE")
+                    probe.execute("ROLLBACK")
+                finally:
+                    probe.close()
+            else:
+                with transaction.atomic():
+                    list(Run.objects.select_for_update(nowait=True).filter(pk=run.pk))
             return
-        except sqlite3.OperationalError:
+        except (sqlite3.OperationalError, DatabaseError):
             proc.signal(signal.SIGCONT)
             time.sleep(0.2)
-        finally:
-            probe.close()
     raise AssertionError("the worker always held the write lock when frozen")
 
 
@@ -441,7 +495,7 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_write_to_the_r
     # others: its lease runs out and another worker takes over. (It is stopped while it waits
     # for its tool; only if SIGSTOP landed in the millisecond of a heartbeat's UPDATE would it
     # hold SQLite's write lock while frozen.)
-    freeze_outside_a_write(frozen)
+    freeze_outside_a_write(frozen, run)
     try:
         procs.consumer(name="successor", **SHORT_LEASES)
         procs.reap_until_requeued(run.pk, timeout=20, **SHORT_LEASES)

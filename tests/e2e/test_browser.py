@@ -16,13 +16,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db import connection
 
 from agents.models import Run, RunStatus
-from tests.procs import Procs, wait_for
+from tests.procs import Procs, process_env, wait_for
 from tests.test_serve import free_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -133,15 +131,9 @@ def status_of(run_id: int) -> str:
 
 
 def serve_env(tmp_path, **extra) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
+    env = process_env(tmp_path)
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-            "SHIFTLOG_DATA_DIR": str(settings.DATA_DIR),
-            "SHIFTLOG_DB": connection.settings_dict["NAME"],
-            "SHIFTLOG_HUEY_DB": str(tmp_path / "huey.sqlite3"),
-            "SHIFTLOG_WORKSPACES": str(settings.SHIFTLOG["WORKSPACE_ROOT"]),
-            "SHIFTLOG_BLOBS": str(settings.SHIFTLOG["BLOB_ROOT"]),
             "SHIFTLOG_REQUEUE_AFTER_SECONDS": "2",
             "SHIFTLOG_REAPER_INTERVAL": "1",
             "SHIFTLOG_HUEY_IMMEDIATE": "false",
