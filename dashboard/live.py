@@ -29,6 +29,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max
 
 from agents.models import Event, Run
@@ -38,6 +39,7 @@ log = logging.getLogger("dashboard.live")
 
 POLL_SECONDS = 0.05
 BATCH = 500
+LOOKBACK = 200  # PostgreSQL: ids this far behind the newest seen may still commit (see below)
 RUNS_GROUP = "runs"
 # Kinds that change what a runs list row, the header or the side panels show.
 ROW_KINDS = frozenset(
@@ -54,6 +56,7 @@ def run_group(run_id: int) -> str:
 class Tailer:
     def __init__(self) -> None:
         self.last_pk: int | None = None
+        self.recent: set[int] = set()  # PostgreSQL: ids sent within LOOKBACK of last_pk
         self.task: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._starting: asyncio.Lock | None = None
@@ -66,6 +69,7 @@ class Tailer:
         loop = asyncio.get_running_loop()
         if self.loop is not loop:  # a new event loop (tests run one each): start afresh
             self.loop, self.task, self.last_pk, self._starting = loop, None, None, None
+            self.recent = set()
         if self.task is not None and not self.task.done():
             return
         if self._starting is None:
@@ -81,9 +85,13 @@ class Tailer:
         layer = get_channel_layer()
         while True:
             try:
-                rows = await database_sync_to_async(_events_after)(self.last_pk or 0)
+                rows = await database_sync_to_async(_events_after)(self.last_pk or 0, self.recent)
                 if rows:
-                    self.last_pk = rows[-1]["pk"]
+                    self.last_pk = max(self.last_pk or 0, rows[-1]["pk"])
+                    if connection.vendor == "postgresql":
+                        floor = self.last_pk - LOOKBACK
+                        self.recent = {pk for pk in self.recent if pk > floor}
+                        self.recent.update(r["pk"] for r in rows)
                     await publish(layer, rows)
                     if len(rows) == BATCH:
                         continue  # more waiting: no sleep
@@ -99,13 +107,20 @@ def _max_pk() -> int:
     return Event.objects.aggregate(m=Max("pk"))["m"] or 0
 
 
-def _events_after(pk: int) -> list[dict[str, Any]]:
-    rows = list(
-        Event.objects.filter(pk__gt=pk)
-        .order_by("pk")
-        .values(*stream.EVENT_FIELDS, "run__created_by_id")[:BATCH]
-    )
-    return rows
+def _events_after(pk: int, recent: set[int]) -> list[dict[str, Any]]:
+    """Events past id `pk`. In SQLite writers are serialised, so id order is commit order. In
+    PostgreSQL an id is taken at insert and commits land in any order: a transaction holding id
+    9 may commit after the one holding id 10 was read. So there the tail also looks LOOKBACK ids
+    back, for ids it has not sent yet (`recent` holds the ones it has), with an index-only query.
+    """
+    fields = (*stream.EVENT_FIELDS, "run__created_by_id")
+    if connection.vendor != "postgresql":
+        return list(Event.objects.filter(pk__gt=pk).order_by("pk").values(*fields)[:BATCH])
+    ids = Event.objects.filter(pk__gt=pk - LOOKBACK).order_by("pk").values_list("pk", flat=True)
+    new = [i for i in ids[: BATCH + LOOKBACK] if i not in recent][:BATCH]
+    if not new:
+        return []
+    return list(Event.objects.filter(pk__in=new).order_by("pk").values(*fields))
 
 
 async def publish(layer, rows: list[dict[str, Any]]) -> None:

@@ -4,6 +4,7 @@ a seq, live fan-out from the one tailer, gaps read from the database, lists and 
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -12,6 +13,7 @@ from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import connections, transaction
 from django.test import Client
 
 from agents import eventlog, services
@@ -308,3 +310,39 @@ def test_an_event_committed_by_another_process_reaches_the_socket(owner, tmp_pat
         await comm.disconnect()
 
     async_to_sync(go)()
+
+
+def test_on_postgresql_the_tail_also_finds_an_event_that_commits_after_a_later_one(owner):
+    """PostgreSQL takes an id at insert: a transaction holding a smaller id may commit after a
+    larger one was read. The tailer looks back for such ids (SQLite serialises writers)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite serialises writers: ids commit in order")
+    slow_run, fast_run = make_run(created_by=owner), make_run(created_by=owner)
+    inserted, release = threading.Event(), threading.Event()
+
+    def slow_writer():
+        with transaction.atomic():
+            eventlog.append(slow_run.pk, "human.note", {"text": "late"})
+            inserted.set()
+            release.wait(10)
+        connections.close_all()
+
+    thread = threading.Thread(target=slow_writer)
+    thread.start()
+    try:
+        assert inserted.wait(10)
+        start = Event.objects.order_by("pk").values_list("pk", flat=True).first() - 1
+        fast = eventlog.append(fast_run.pk, "human.note", {"text": "early"})
+        recent: set[int] = set()
+        first = live._events_after(start, recent)
+        assert [r["payload"]["text"] for r in first if r["kind"] == "human.note"] == ["early"]
+        recent.update(r["pk"] for r in first)
+    finally:
+        release.set()
+        thread.join(10)
+    late = live._events_after(fast.pk, recent)
+    assert [(r["run_id"], r["payload"]["text"]) for r in late] == [(slow_run.pk, "late")]
+    recent.update(r["pk"] for r in late)
+    assert live._events_after(fast.pk, recent) == []  # and it is sent once
