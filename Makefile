@@ -30,6 +30,8 @@ browser:
 	  (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null 2>&1)) \
 	  || echo "note: chromium is not installed; the browser tests are skipped"; }
 
+# Links (the one-time login, webhooks) point at the port served, unless SHIFTLOG_BASE_URL says.
+run: export SHIFTLOG_BASE_URL ?= http://127.0.0.1:$(PORT)
 run: setup system-deps
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py bootstrap
