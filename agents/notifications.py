@@ -1,14 +1,15 @@
 """Webhooks: a JSON POST when an approval waits and when a run pauses, succeeds or fails.
 
-Delivery happens in a huey task after the transaction commits, with retries and backoff, so a
-slow or broken receiver never holds up a run; a delivery that still fails is an event.
+Delivery happens in a huey task after the transaction commits. Each attempt is one short task
+execution (a few seconds at most); a failed one schedules the next on the queue after a doubling
+backoff instead of sleeping, so a slow or broken receiver never keeps a worker thread from the
+runs. A delivery whose last attempt fails is a `notification.failed` event.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -20,6 +21,8 @@ from django.utils import timezone
 log = logging.getLogger(__name__)
 
 NOTIFY_STATUSES = frozenset({"paused", "succeeded", "failed"})
+# One attempt holds a worker thread at most this long (the slices share those threads).
+ATTEMPT_TIMEOUT_SECONDS = 5
 
 
 def urls_for(run) -> list[str]:
@@ -50,36 +53,58 @@ def notify(run, event: str, **details: Any) -> None:
         )
 
 
-def deliver(
-    run_id: int,
-    url: str,
-    payload: dict[str, Any],
-    *,
-    attempts: int | None = None,
-    backoff: float | None = None,
-) -> bool:
-    attempts = attempts or settings.SHIFTLOG["WEBHOOK_ATTEMPTS"]
-    backoff = settings.SHIFTLOG["WEBHOOK_BACKOFF_SECONDS"] if backoff is None else backoff
-    body = json.dumps(payload).encode()
-    error = ""
-    for attempt in range(1, attempts + 1):
+def post(url: str, payload: dict[str, Any]) -> str:
+    """POST the payload once; "" when the receiver took it, else what went wrong."""
+    try:
         request = urllib.request.Request(
             url,
-            data=body,
+            data=json.dumps(payload).encode(),
             method="POST",
             headers={"Content-Type": "application/json", "User-Agent": "Shiftlog-Webhook/1"},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                if 200 <= response.status < 300:
-                    return True
-                error = f"HTTP {response.status}"
-        except urllib.error.HTTPError as e:
-            error = f"HTTP {e.code}"
-        except (urllib.error.URLError, OSError) as e:
-            error = str(getattr(e, "reason", e))
-        if attempt < attempts:
-            time.sleep(backoff * 2 ** (attempt - 1))
+        with urllib.request.urlopen(request, timeout=ATTEMPT_TIMEOUT_SECONDS) as response:
+            if 200 <= response.status < 300:
+                return ""
+            return f"HTTP {response.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}"
+    except (urllib.error.URLError, OSError) as e:
+        return str(getattr(e, "reason", e)) or type(e).__name__
+    except ValueError as e:  # not a URL urllib can open (a bad SHIFTLOG_WEBHOOK_URLS entry)
+        return str(e)
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds to wait after failed attempt `attempt` (1, 2, ...): the backoff, doubling."""
+    return settings.SHIFTLOG["WEBHOOK_BACKOFF_SECONDS"] * 2 ** (attempt - 1)
+
+
+def deliver(run_id: int, url: str, payload: dict[str, Any], *, attempt: int = 1) -> bool:
+    """Make one delivery attempt. On failure the next attempt is scheduled on the queue, not
+    slept for: the worker thread goes back to running slices meanwhile. After the last attempt
+    the failure is a `notification.failed` event."""
+    error = post(url, payload)
+    if not error:
+        return True
+    attempts = max(1, settings.SHIFTLOG["WEBHOOK_ATTEMPTS"])
+    if attempt < attempts:
+        delay = retry_delay(attempt)
+        log.info(
+            "webhook %s for run %s failed (attempt %s of %s: %s); next try in %s s",
+            url,
+            run_id,
+            attempt,
+            attempts,
+            error,
+            delay,
+        )
+        from agents.tasks import deliver_webhook
+
+        deliver_webhook.schedule(
+            kwargs={"run_id": run_id, "url": url, "payload": payload, "attempt": attempt + 1},
+            delay=delay,
+        )
+        return False
     from agents import eventlog
     from agents.models import EventKind
 

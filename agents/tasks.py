@@ -16,8 +16,9 @@ def run_slice(*, run_id: int) -> str:
 
 
 @db_task()
-def deliver_webhook(*, run_id: int, url: str, payload: dict) -> bool:
-    return notifications.deliver(run_id, url, payload)
+def deliver_webhook(*, run_id: int, url: str, payload: dict, attempt: int = 1) -> bool:
+    # One attempt per execution: a retry is scheduled, never slept for on a worker thread.
+    return notifications.deliver(run_id, url, payload, attempt=attempt)
 
 
 @db_periodic_task(crontab(minute="*"))

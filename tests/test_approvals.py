@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from datetime import timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agents import approvals, notifications, reaper, services
+from agents import approvals, reaper, services, tasks
 from agents.approvals import ApprovalError, NotAllowed, decide
 from agents.models import Approval, Event, Run, RunStatus
+from agents.runtime.loop import drive
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
+from tests.procs import Procs, dump_events, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -243,6 +249,60 @@ def test_a_policy_change_while_running_is_an_event_and_takes_effect(decider):
         approvals.set_policy(later.pk, [{"tool": "bash", "action": "sure"}], actor="user:dana")
 
 
+# Runs until the test creates `go` (15 s at most), so the test acts while the command runs.
+WAIT_FOR_GO = (
+    "i=0; while [ ! -f go ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done; "
+    "echo first > first.txt"
+)
+
+
+def test_a_policy_changed_while_a_slice_runs_governs_the_next_tool_call_of_that_slice(
+    transactional_db,
+):
+    from django.db import connection
+
+    run = make_run(
+        turns=[
+            {"tool_calls": [call("bash", command=WAIT_FOR_GO)]},
+            {"tool_calls": [call("bash", command="echo second > second.txt")]},
+            finish_turn(),
+        ]
+    )
+    outcome = []
+
+    def one_slice():
+        try:
+            outcome.append(drive(run.pk))  # one slice, start to end: no new slice re-reads it
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=one_slice)
+    worker.start()
+    try:
+        wait_for(
+            lambda: Event.objects.filter(run=run, kind="tool.call").exists(),
+            timeout=30,
+            what="the first tool call to start",
+            details=lambda: dump_events(run.pk),
+        )
+        approvals.set_policy(
+            run.pk, [{"tool": "bash", "pattern": "second", "action": "deny"}], actor="user:dana"
+        )
+    finally:
+        (run.workspace_path / "go").touch()  # let the first command end
+        worker.join(60)
+    log = dump_events(run.pk)
+    assert [o.status for o in outcome] == [RunStatus.SUCCEEDED], log
+    assert (run.workspace_path / "first.txt").exists(), log
+    change = Event.objects.get(run=run, kind="run.updated")
+    calls = Event.objects.filter(run=run, kind="tool.call").order_by("seq")
+    first, second = Event.objects.filter(run=run, kind="tool.result").order_by("seq")[:2]
+    assert calls[0].seq < change.seq < first.seq, log  # changed while the first command ran
+    assert second.payload["name"] == "bash" and not calls.filter(payload__name="bash")[1:], log
+    assert second.payload["is_error"] and "Denied by the tool policy" in second.payload["output"]
+    assert not (run.workspace_path / "second.txt").exists(), log
+
+
 def test_an_expired_approval_counts_as_denied_and_pauses_the_run(db):
     run = drive_until_idle(risky_run(approval_timeout_seconds=60))
     approval = Approval.objects.get(run=run)
@@ -264,6 +324,60 @@ def test_an_expired_approval_counts_as_denied_and_pauses_the_run(db):
 def test_no_expiry_by_default(db):
     run = drive_until_idle(risky_run())
     assert Approval.objects.get(run=run).expires_at is None
+
+
+def test_the_global_approval_timeout_expires_approvals_of_runs_without_their_own(settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "APPROVAL_TIMEOUT_SECONDS": 60}
+    run = drive_until_idle(risky_run())
+    own = drive_until_idle(risky_run(approval_timeout_seconds=600))
+    soon = timezone.now() + timedelta(seconds=60)
+    expires = Approval.objects.get(run=run).expires_at
+    assert soon - timedelta(seconds=10) < expires <= soon
+    assert Approval.objects.get(run=own).expires_at > soon + timedelta(seconds=500)
+    reaper.reap(now=timezone.now() + timedelta(seconds=61))
+    assert Approval.objects.get(run=run).status == "expired"
+    assert Run.objects.get(pk=run.pk).status == RunStatus.PAUSED
+    assert Approval.objects.get(run=own).status == "pending"  # the run's own timeout wins
+
+
+def test_the_global_tool_policy_applies_after_the_runs_own_rules(settings):
+    deny_rm = {"tool": "bash", "pattern": "rm -rf", "action": "deny"}
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "TOOL_POLICY": [deny_rm]}
+    run = drive_until_idle(risky_run())
+    assert run.status == RunStatus.SUCCEEDED
+    denied = results(run)[0]
+    assert denied["is_error"] and "Denied by the tool policy" in denied["output"]
+    assert denied["data"]["rule"] == deny_rm
+    assert not Approval.objects.filter(run=run).exists()
+    ask_first = {"tool": "bash", "pattern": "rm -rf", "action": "ask"}
+    own = drive_until_idle(risky_run(tool_policy=[ask_first]))
+    assert own.status == RunStatus.AWAITING_APPROVAL  # the run's rule came first
+
+
+def test_global_webhook_urls_get_every_runs_notifications_besides_its_own(
+    settings, receiver, django_capture_on_commit_callbacks
+):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_URLS": [receiver.url]}
+    own = Receiver()
+    try:
+        queued_webhooks()
+        with django_capture_on_commit_callbacks(execute=True):
+            plain = drive_until_idle(make_run(turns=[finish_turn()]))
+            with_own = drive_until_idle(make_run(turns=[finish_turn()], webhook_urls=[own.url]))
+        assert [t.kwargs["url"] for t in deliver_queued()] == [
+            receiver.url,
+            receiver.url,
+            own.url,
+        ]
+        assert [(b["event"], b["run"]["id"]) for b in receiver.bodies] == [
+            ("run.succeeded", plain.pk),
+            ("run.succeeded", with_own.pk),
+        ]
+        assert [(b["event"], b["run"]["id"]) for b in own.bodies] == [
+            ("run.succeeded", with_own.pk)
+        ]
+    finally:
+        own.close()
 
 
 def test_cli_lists_approves_and_denies_as_named_users(decider):
@@ -308,6 +422,37 @@ def test_cli_lists_approves_and_denies_as_named_users(decider):
         call_command("deny", "999", "--user", "dana", "--reason", "x")
 
 
+def test_cli_approve_with_allow_similar_records_the_rule_and_approves_matching_calls(decider):
+    from io import StringIO
+
+    turn = {
+        "tool_calls": [call("bash", command="rm -rf build"), call("bash", command="rm -rf dist")]
+    }
+    later = {"tool_calls": [call("bash", command="rm -rf cache")]}
+    run = drive_until_idle(make_run(turns=[turn, later, finish_turn()]))
+    first, second = Approval.objects.filter(run=run).order_by("pk")
+    out = StringIO()
+    call_command("approve", str(first.pk), "--user", "dana", "--allow-similar", stdout=out)
+    assert f"approval {first.pk} approved" in out.getvalue()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.status, first.decided_by) == ("approved", decider)
+    assert second.status == "approved" and "allowed by rule" in second.comment
+    change = Event.objects.get(run=run, kind="run.updated")
+    assert change.actor == "user:dana"
+    assert change.payload["because"] == f"allow similar to approval {first.pk}"
+    assert change.payload["tool_policy"][0] == {
+        "tool": "bash",
+        "pattern": r"^\s*rm(\s|$)",
+        "action": "allow",
+    }
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED  # the later rm -rf cache did not ask
+    assert Approval.objects.filter(run=run).count() == 2
+    with pytest.raises(CommandError, match="already approved by dana"):
+        call_command("approve", str(first.pk), "--user", "dana", "--allow-similar")
+
+
 def test_audit_log_names_the_user_of_every_human_action(decider, owner):
     from io import StringIO
 
@@ -340,16 +485,18 @@ def test_audit_log_names_the_user_of_every_human_action(decider, owner):
 class Receiver:
     """A local webhook receiver: answers with the given statuses in turn, records bodies."""
 
-    def __init__(self, statuses):
+    def __init__(self, statuses=(), *, otherwise=200):
         self.statuses = list(statuses)
         self.bodies = []
+        self.times = []  # time.monotonic() of each POST
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.bodies.append(json.loads(body))
-                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
+                receiver.times.append(time.monotonic())
+                self.send_response(receiver.statuses.pop(0) if receiver.statuses else otherwise)
                 self.end_headers()
 
             def log_message(self, *args):
@@ -361,6 +508,14 @@ class Receiver:
 
     def close(self):
         self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    started = Receiver()
+    yield started
+    started.close()
 
 
 def queued_webhooks():
@@ -373,6 +528,28 @@ def queued_webhooks():
     return tasks
 
 
+def deliver_queued() -> list:
+    """Run each queued webhook task's body once, as a worker would; returns the tasks."""
+    queued = queued_webhooks()
+    for task in queued:
+        tasks.deliver_webhook.call_local(**task.kwargs)
+    return queued
+
+
+def in_seconds(eta) -> float:
+    """How far in the future a huey eta (naive UTC) lies."""
+    return (eta - datetime.now(UTC).replace(tzinfo=None)).total_seconds()
+
+
+def assert_links_to_the_run_page(body, run):
+    from django.conf import settings
+    from django.urls import resolve
+
+    assert body["url"].startswith(settings.SHIFTLOG_BASE_URL + "/")
+    page = resolve(urlsplit(body["url"]).path)
+    assert (page.url_name, page.kwargs) == ("run-detail", {"run_id": run.pk})
+
+
 def test_webhooks_fire_on_an_approval_wait_and_on_success_with_a_link(
     decider, django_capture_on_commit_callbacks
 ):
@@ -381,17 +558,18 @@ def test_webhooks_fire_on_an_approval_wait_and_on_success_with_a_link(
         queued_webhooks()  # start from an empty queue
         with django_capture_on_commit_callbacks(execute=True):
             run = drive_until_idle(risky_run(webhook_urls=[receiver.url]))
-        tasks = queued_webhooks()
-        assert len(tasks) == 1
-        kwargs = tasks[0].kwargs
-        assert notifications.deliver(
-            kwargs["run_id"], kwargs["url"], kwargs["payload"], backoff=0.01
-        )
+        queued = queued_webhooks()
+        assert len(queued) == 1
+        # A 500 first: the retry is scheduled, not waited for.
+        assert not tasks.deliver_webhook.call_local(**queued[0].kwargs)
+        retry = queued_webhooks()
+        assert [t.kwargs["attempt"] for t in retry] == [2] and retry[0].eta is not None
+        assert tasks.deliver_webhook.call_local(**retry[0].kwargs)
+        assert len(receiver.bodies) == 2
         first = receiver.bodies[-1]
         assert first["event"] == "approval.requested"
-        assert first["url"].endswith(f"/runs/{run.pk}/")
+        assert_links_to_the_run_page(first, run)
         assert first["approvals"][0]["input"]["command"] == RISKY
-        assert len(receiver.bodies) == 2  # a 500 first: retried
         with django_capture_on_commit_callbacks(execute=True):
             approve_pending(run, decider)
             drive_until_idle(run)
@@ -401,20 +579,165 @@ def test_webhooks_fire_on_an_approval_wait_and_on_success_with_a_link(
         receiver.close()
 
 
-def test_a_webhook_that_keeps_failing_is_an_event_and_never_blocks_the_run(db):
-    receiver = Receiver([500, 500, 500])
+def test_a_failed_webhook_attempt_schedules_the_next_after_a_doubling_backoff_without_sleeping(
+    settings,
+):
+    # A backoff this long would stall the test for 90 s if an attempt slept before retrying.
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_ATTEMPTS": 3, "WEBHOOK_BACKOFF_SECONDS": 30}
+    receiver = Receiver(otherwise=500)
     try:
         run = make_run(turns=[finish_turn()])
-        assert not notifications.deliver(
-            run.pk, receiver.url, {"event": "run.succeeded"}, attempts=3, backoff=0.01
-        )
+        queued_webhooks()
+        payload = {"event": "run.succeeded", "url": "x"}
+        delays = []
+        task_kwargs = {"run_id": run.pk, "url": receiver.url, "payload": payload}
+        for attempt in (1, 2):
+            started = time.monotonic()
+            assert not tasks.deliver_webhook.call_local(**task_kwargs)
+            assert time.monotonic() - started < 2, "the task waited instead of scheduling"
+            (retry,) = queued_webhooks()
+            assert retry.kwargs == {**task_kwargs, "attempt": attempt + 1}
+            delays.append(in_seconds(retry.eta))
+            task_kwargs = retry.kwargs
+            assert not Event.objects.filter(run=run, kind="notification.failed").exists()
+        assert 28 < delays[0] <= 30 and 58 < delays[1] <= 60, delays  # 30 s, then doubled
+        assert not tasks.deliver_webhook.call_local(**task_kwargs)  # the last attempt
+        assert queued_webhooks() == []
+        assert len(receiver.bodies) == 3
         failed = Event.objects.get(run=run, kind="notification.failed")
-        assert failed.payload["attempts"] == 3 and failed.payload["error"] == "HTTP 500"
-        assert not notifications.deliver(
-            run.pk, "http://127.0.0.1:9/nothing", {"event": "x"}, attempts=1, backoff=0
-        )
+        assert failed.payload == {
+            "url": receiver.url,
+            "event": "run.succeeded",
+            "attempts": 3,
+            "error": "HTTP 500",
+        }
     finally:
         receiver.close()
+
+
+@pytest.fixture
+def procs(transactional_db, tmp_path):
+    # Torn down before the database: every process is dead before it is flushed under it.
+    started = Procs(tmp_path)
+    yield started
+    started.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_that_keeps_failing_holds_no_worker_thread_while_it_waits_to_retry(procs):
+    receiver = Receiver(otherwise=500)
+    try:
+        noisy = make_run(turns=[finish_turn()], webhook_urls=[receiver.url])
+        other = make_run(turns=[finish_turn()])
+        # One worker thread: an attempt that slept before the next would hold up every run.
+        procs.consumer(workers=1, SHIFTLOG_WEBHOOK_ATTEMPTS=3, SHIFTLOG_WEBHOOK_BACKOFF=3)
+        procs.enqueue(noisy.pk)
+
+        def details() -> str:
+            return f"{dump_events(noisy.pk)}\n{procs.logs()}"
+
+        wait_for(lambda: receiver.bodies, timeout=30, what="the first attempt", details=details)
+        procs.enqueue(other.pk)
+        wait_for(
+            lambda: Run.objects.get(pk=other.pk).status == RunStatus.SUCCEEDED,
+            timeout=30,
+            what="the other run to succeed",
+            details=lambda: f"{dump_events(other.pk)}\n{procs.logs()}",
+        )
+        # The last attempt is due 3 + 6 s after the first: the other run did not wait for it.
+        assert len(receiver.bodies) < 3, receiver.times
+        failed = wait_for(
+            lambda: Event.objects.filter(run=noisy, kind="notification.failed").first(),
+            timeout=30,
+            what="the notification.failed event",
+            details=details,
+        )
+        assert failed.payload == {
+            "url": receiver.url,
+            "event": "run.succeeded",
+            "attempts": 3,
+            "error": "HTTP 500",
+        }
+        assert len(receiver.bodies) == 3 and receiver.bodies[0]["event"] == "run.succeeded"
+        waits = [b - a for a, b in pairwise(receiver.times)]
+        # The backoff doubles (huey's scheduler looks every second, hence the slack).
+        assert 2.9 <= waits[0] < 5 and 5.9 <= waits[1] < 8, waits
+    finally:
+        receiver.close()
+
+
+def dead_url() -> str:
+    """A local URL nothing listens on (the port was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/hook"
+
+
+def test_a_webhook_nobody_listens_on_is_an_event_after_its_only_attempt(settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_ATTEMPTS": 1}
+    run = make_run(turns=[finish_turn()])
+    queued_webhooks()
+    dead = dead_url()
+    assert not tasks.deliver_webhook.call_local(run_id=run.pk, url=dead, payload={"event": "x"})
+    assert queued_webhooks() == []
+    failed = Event.objects.get(run=run, kind="notification.failed")
+    assert failed.payload["url"] == dead and "refused" in failed.payload["error"].lower()
+
+
+def test_a_malformed_global_webhook_url_is_an_event_not_a_crashed_task(settings):
+    # SHIFTLOG_WEBHOOK_URLS is not checked like a run's own webhooks: "hooks.example/x" gets in.
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_ATTEMPTS": 1}
+    run = make_run(turns=[finish_turn()])
+    queued_webhooks()
+    url = "hooks.example/x"
+    assert not tasks.deliver_webhook.call_local(run_id=run.pk, url=url, payload={"event": "x"})
+    failed = Event.objects.get(run=run, kind="notification.failed")
+    assert failed.payload["url"] == url and "unknown url type" in failed.payload["error"]
+
+
+def test_a_run_that_pauses_posts_a_webhook_saying_why_with_a_link_to_the_run(
+    receiver, django_capture_on_commit_callbacks
+):
+    queued_webhooks()
+    with django_capture_on_commit_callbacks(execute=True):
+        run = drive_until_idle(
+            make_run(
+                turns=[{"tool_calls": [call("bash", command="true")]}, finish_turn()],
+                budgets=services.Budgets(max_tokens=1),
+                webhook_urls=[receiver.url],
+            )
+        )
+    assert run.status == RunStatus.PAUSED
+    assert [t.kwargs["url"] for t in deliver_queued()] == [receiver.url]
+    (body,) = receiver.bodies
+    assert body["event"] == "run.paused"
+    assert body["run"]["id"] == run.pk and body["run"]["status"] == "paused"
+    assert "max tokens (1) reached" in body["run"]["reason"] and body["previous"] == "running"
+    assert_links_to_the_run_page(body, run)
+
+
+def test_a_run_that_fails_posts_a_webhook_saying_why_with_a_link_to_the_run(
+    receiver, django_capture_on_commit_callbacks
+):
+    queued_webhooks()
+    with django_capture_on_commit_callbacks(execute=True):
+        # The script ends without the agent finishing: the run fails, saying so.
+        run = drive_until_idle(
+            make_run(
+                turns=[{"tool_calls": [call("bash", command="true")]}],
+                webhook_urls=[receiver.url],
+            )
+        )
+    assert run.status == RunStatus.FAILED
+    deliver_queued()
+    (body,) = receiver.bodies
+    assert body["event"] == "run.failed"
+    assert body["run"]["id"] == run.pk and body["run"]["status"] == "failed"
+    assert body["run"]["reason"] == run.status_reason and "script" in body["run"]["reason"]
+    assert_links_to_the_run_page(body, run)
 
 
 def test_bad_webhook_urls_and_policies_are_refused_at_creation(db):
