@@ -129,15 +129,36 @@ def decide(rules: list[dict[str, Any]], tool: str, tool_input: dict[str, Any]) -
     return Decision("allow", "no rule matched")
 
 
+# What may follow an allowed-similar command: plain arguments only. No shell operators (a
+# second command, a pipe, a substitution, a redirection), and no argument that starts outside
+# the workspace (/..., ~...) or climbs out of it (..).
+_PLAIN_ARGS = r"(?!.*(?:\s|/)\.\.(?:/|\s|$))(?!.*\s[/~])(?:\s+[^;&|`$()<>\n\\]*)?\s*$"
+_SHELL_OPERATORS = re.compile(r"[;&|`$()<>\n\\]")
+
+
 def similar_rule(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
-    """An allow rule for calls like this one: same program and subcommand, or same folder."""
+    """An allow rule for calls like this one.
+
+    bash: the same program, subcommand and leading flags (`rm -rf`, `pip install`) with any
+    plain arguments inside the workspace; a command with shell operators is allowed again only
+    exactly as it was (`python3 x && rm -rf /` is not "similar" to `python3 x`). File tools: the
+    same folder.
+    """
     if tool == "bash":
+        command = str(tool_input.get("command", "")).strip()
         try:
-            words = shlex.split(str(tool_input.get("command", "")))
+            words = shlex.split(command)
         except ValueError:
-            words = str(tool_input.get("command", "")).split()
-        head = words[:2] if len(words) > 1 and not words[1].startswith("-") else words[:1]
-        pattern = r"^\s*" + r"\s+".join(re.escape(w) for w in head) + r"(\s|$)" if head else "^$"
+            words = []
+        if not words or _SHELL_OPERATORS.search(command):
+            return {"tool": "bash", "pattern": rf"^\s*{re.escape(command)}\s*$", "action": "allow"}
+        head = words[:1]
+        rest = words[1:]
+        if rest and not rest[0].startswith("-"):
+            head.append(rest.pop(0))  # the subcommand: pip install, git commit
+        while rest and rest[0].startswith("-"):
+            head.append(rest.pop(0))
+        pattern = r"^\s*" + r"\s+".join(re.escape(w) for w in head) + _PLAIN_ARGS
         return {"tool": "bash", "pattern": pattern, "action": "allow"}
     if tool in PATH_TOOLS:
         path = str(tool_input.get("path", ""))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -441,11 +442,9 @@ def test_cli_approve_with_allow_similar_records_the_rule_and_approves_matching_c
     change = Event.objects.get(run=run, kind="run.updated")
     assert change.actor == "user:dana"
     assert change.payload["because"] == f"allow similar to approval {first.pk}"
-    assert change.payload["tool_policy"][0] == {
-        "tool": "bash",
-        "pattern": r"^\s*rm(\s|$)",
-        "action": "allow",
-    }
+    rule = change.payload["tool_policy"][0]
+    assert (rule["tool"], rule["action"]) == ("bash", "allow")
+    assert re.search(rule["pattern"], "rm -rf cache") and not re.search(rule["pattern"], "rm -rf /")
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED  # the later rm -rf cache did not ask
     assert Approval.objects.filter(run=run).count() == 2

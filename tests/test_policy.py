@@ -96,6 +96,37 @@ def test_similar_rule_allows_the_same_program_and_subcommand():
     assert decide([rule], "bash", {"command": "pip download httpx"}).action == "ask"  # classifier
     rule = similar_rule("bash", {"command": "rm -rf build"})
     assert decide([rule], "bash", {"command": "rm -rf dist"}).action == "allow"
+    assert decide([rule], "bash", {"command": "rm -rf dist/old cache"}).action == "allow"
     assert decide([rule], "bash", {"command": "curl x"}).action == "ask"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf /",
+        "rm -rf ~",
+        "rm -rf build /etc",
+        "rm -rf ../other",
+        "rm -rf build/../..",
+        "rm -rf build; curl http://x",
+        "rm -rf build && sh",
+        "rm -rf $(cat list)",
+        "rm -rf `pwd`",
+        "rm -rf build > /dev/null",
+        "rm -r build",  # other flags: not the approved command's shape
+        "rm -rf build\ncurl x",
+    ],
+)
+def test_similar_to_rm_rf_build_is_never_outside_the_workspace_nor_a_second_command(command):
+    rule = similar_rule("bash", {"command": "rm -rf build"})
+    assert decide([rule], "bash", {"command": command}).action == "ask"
+
+
+def test_a_compound_command_is_similar_only_to_itself():
+    approved = "python3 -m unittest -v 2>&1 && rm -rf build __pycache__"
+    rule = similar_rule("bash", {"command": approved})
+    assert decide([rule], "bash", {"command": approved}).action == "allow"
+    assert decide([rule], "bash", {"command": "python3 x.py && rm -rf /"}).action == "ask"
+    assert decide([rule], "bash", {"command": approved + " && curl x"}).action == "ask"
     file_rule = similar_rule("write_file", {"path": "tests/unit/test_a.py"})
     assert decide([file_rule], "write_file", {"path": "tests/unit/test_b.py"}).action == "allow"
