@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from agents.models import Event, Run, Session
 
-
 # Sent once the transaction that appended events has committed, with `events` (the new Event
 # rows, in seq order). The dashboard listens when its channel layer reaches other processes
 # (Redis), so a worker's events are pushed to browsers at once instead of waiting for a tail.
@@ -238,6 +237,40 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
     if kind == "check.result":
         state = "passed" if p.get("passed") else f"failed (exit {p.get('exit_code')})"
         return f"`{p.get('command')}` {state}"
+    if kind == "check.regressed":
+        return (
+            f"REGRESSION: `{p.get('command')}` passed at #{p.get('passed_at_seq')} and fails now "
+            f"({p.get('at', 'finish')}); the run cannot succeed while it fails"
+        )
+    if kind == "check.tampered":
+        files = p.get("files") or []
+        changes = ", ".join(f"{f.get('path')} ({f.get('change')})" for f in files)
+        return (
+            f"TAMPERED: {len(files)} protected file(s) changed, the checks ran against the "
+            f"originals: {_short(changes, 80)}"
+        )
+    if kind == "drift.warning":
+        coverage, threshold = p.get("coverage"), p.get("threshold")
+        number = (int, float)
+        share = f"{coverage:.0%}" if isinstance(coverage, number) else "?"
+        below = f" (below {threshold:.0%})" if isinstance(threshold, number) else ""
+        which = "forced handoff (the agent's last words)" if p.get("forced") else "handoff"
+        missing = ", ".join(str(w) for w in (p.get("goal_words_missing") or [])[:8])
+        return _short(
+            f"drift: the {which} speaks of {share} of the goal{below}; missing: {missing}", 160
+        )
+    if kind == "judge.verdict":
+        criteria = [c for c in p.get("criteria") or [] if isinstance(c, dict)]
+        met = sum(1 for c in criteria if c.get("passed") is True)
+        marks = "; ".join(
+            f"{'✔' if c.get('passed') is True else '✘'} {c.get('criterion')}: {c.get('reason', '')}"
+            for c in criteria
+        )
+        error = f" ({p['error']})" if p.get("error") else ""
+        verdict = "accepted" if p.get("passed") else "rejected"
+        return _short(
+            f"judge {verdict}, {met} of {len(criteria)} criteria met{error}: {marks}", 160
+        )
     if kind in {"human.note", "harness.message"}:
         return _short(p.get("text", ""))
     if kind in {"budget.warning"}:

@@ -3,22 +3,27 @@
 - A **judge**, separate from the agent: its own system prompt and (optionally) model. It sees the
   goal, the rubric, the workspace diff since the run began and the check output, never the
   agent's transcript or claims, and answers per criterion through a `verdict` tool.
-- **Protected files** (the tests a check runs, say) are fingerprinted at creation. File tools may
-  not change them; a change made some other way is found before the checks run, recorded as
-  check.tampered, and the checks run against the originals, which are put back.
+- **Protected files** (the tests a check runs, say) are fingerprinted at creation; a protected
+  folder covers everything under it, files added later included. File tools may not change them;
+  a change made some other way is found before the checks run, recorded as check.tampered, and
+  the checks run against the originals, which are put back (added files are moved aside, kept
+  as artifacts).
 - A **ratchet**: a check that passed earlier on the live branch and fails now is a regression
   (check.regressed).
 - **Acceptance criteria**: a list fixed at creation, each not passing until the harness (a check
   command, or the judge) says so; the agent reads it in its first message and cannot edit it.
-- **Drift**: at each handoff, how much of the goal the handoff still speaks of (a lexical
-  measure; the judge is not asked, so it works offline).
+- **Drift**: at each handoff, the agent's or one the harness forced, how much of the goal the
+  handoff still speaks of (a lexical measure; the judge is not asked, so it works offline).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agents.blobstore import BlobStore
@@ -175,17 +180,61 @@ def run_judge(
 
 
 # --- protected files --------------------------------------------------------------------------
+# `run.protected` maps each protected file to {hash, size, mode} and each protected folder, keyed
+# "path/", to the same plus "folder": true (its hash is that of its original listing). A folder
+# protects everything under it, also files that were not there when the run was created: a
+# conftest.py added later that skips every test is as much a change to the checks as an edit.
+
+# Caches the checks themselves write into a protected folder. They are not the agent's work, so
+# they are cleared before the checks run instead of being reported; clearing them also shuts a
+# back door (a crafted .pyc carrying the original's stamp runs in place of the protected source).
+CACHE_DIRS = frozenset({"__pycache__", ".pytest_cache"})
+
+
+def _is_folder(fingerprint: dict[str, Any]) -> bool:
+    return bool(fingerprint.get("folder"))
+
+
+def _prefix(folder: str) -> str:
+    """What every path under a protected folder starts with ("" for the whole workspace)."""
+    folder = folder.rstrip("/")
+    return "" if folder in ("", ".") else folder + "/"
+
+
 def fingerprint(workspace, paths: list[str]) -> dict[str, dict[str, Any]]:
-    """{path: {hash, size, mode}} for each protected file (folders expand to their files); the
-    contents go into the blob store so the originals can be put back."""
+    """{path: {hash, size, mode}} for each protected file, and an entry for each protected
+    folder (see above) besides its files; the contents go into the blob store so the originals
+    can be put back."""
     store = BlobStore()
     prints: dict[str, dict[str, Any]] = {}
     for rel in paths:
         target = workspace.resolve(rel)
-        files = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
+        if target.is_dir():
+            found = [
+                p
+                for p in sorted(target.rglob("*"))
+                if not CACHE_DIRS.intersection(p.relative_to(target).parts)
+            ]
+            files = [p for p in found if p.is_file()]
+            listing = "".join(f"{p.relative_to(workspace.path).as_posix()}\n" for p in files)
+            prints[f"{target.relative_to(workspace.path).as_posix()}/"] = {
+                "hash": store.put(listing.encode()),
+                "size": len(listing.encode()),
+                "mode": target.stat().st_mode & 0o777,
+                "folder": True,
+                # Links to folders (or to nothing) that were there from the start: not
+                # fingerprinted, as before, but not taken for added files either.
+                "links": [
+                    p.relative_to(workspace.path).as_posix()
+                    for p in found
+                    if p.is_symlink() and not p.is_file()
+                ],
+            }
+        else:
+            files = [target]
         for path in files:
             data = path.read_bytes()
-            prints[str(path.relative_to(workspace.path))] = {
+            prints[path.relative_to(workspace.path).as_posix()] = {
                 "hash": store.put(data),
                 "size": len(data),
                 "mode": path.stat().st_mode & 0o777,
@@ -193,46 +242,128 @@ def fingerprint(workspace, paths: list[str]) -> dict[str, dict[str, Any]]:
     return prints
 
 
-def tampered(workspace, prints: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    found = []
-    for rel, expected in prints.items():
+def _replaced(workspace, key: str, fingerprint: dict[str, Any]) -> str | None:
+    """The first folder on the way to a protected path (the folder itself, for a protected
+    folder) that is now a symlink or a file. Nothing is read or written through it: it could
+    lead anywhere, even outside the workspace."""
+    parts = key.rstrip("/").split("/")
+    if parts == ["."]:
+        return None
+    for i in range(1, len(parts) + (1 if _is_folder(fingerprint) else 0)):
+        rel = "/".join(parts[:i])
         path = workspace.path / rel
-        if path.is_symlink() or not path.is_file():
-            found.append(
-                {
-                    "path": rel,
-                    "expected": expected["hash"],
-                    "found": None,
-                    "change": "deleted or replaced",
-                }
-            )
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            return rel
+    return None
+
+
+def _added(workspace, folder: str, prints: dict[str, dict[str, Any]]) -> list[str]:
+    """Paths under a protected folder that were not there at creation (links are not followed;
+    a link to a folder counts as one added path)."""
+    top = workspace.path / _prefix(folder)
+    if not top.is_dir():
+        return []
+    found = []
+    for here, dirs, files in os.walk(top):
+        links = [d for d in dirs if os.path.islink(os.path.join(here, d))]
+        dirs[:] = [d for d in dirs if d not in links and d not in CACHE_DIRS]
+        for name in [*links, *files]:
+            rel = Path(here, name).relative_to(workspace.path).as_posix()
+            if rel not in prints and rel not in prints[folder].get("links", ()):
+                found.append(rel)
+    return sorted(found)
+
+
+def tampered(workspace, prints: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every change under protection: a protected file modified, deleted or replaced, a folder
+    on the way to one turned into a link or a file, and files added under a protected folder."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def record(rel: str, change: str, expected: str | None = None, digest: str | None = None):
+        found.setdefault(
+            rel, {"path": rel, "expected": expected, "found": digest, "change": change}
+        )
+
+    for rel, fp in prints.items():
+        if (bad := _replaced(workspace, rel, fp)) is not None:
+            record(bad, "replaced by a link or a file")
+    broken = [f"{rel}/" for rel in found]  # what lies beyond them is not looked at
+    for rel, expected in prints.items():
+        if _is_folder(expected):
+            if not any(rel.startswith(b) for b in broken):
+                for extra in _added(workspace, rel, prints):
+                    path = workspace.path / extra
+                    digest = None
+                    if path.is_file() and not path.is_symlink():
+                        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                    record(extra, "added", digest=digest)
+            continue
+        path = workspace.path / rel
+        if any(rel.startswith(b) for b in broken) or path.is_symlink() or not path.is_file():
+            record(rel, "deleted or replaced", expected["hash"])
             continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != expected["hash"]:
-            found.append(
-                {"path": rel, "expected": expected["hash"], "found": digest, "change": "modified"}
-            )
-    return found
+            record(rel, "modified", expected["hash"], digest)
+    return list(found.values())
 
 
-def restore_originals(workspace, prints: dict[str, dict[str, Any]], paths: list[str]) -> None:
+def restore_originals(
+    workspace, prints: dict[str, dict[str, Any]], changes: list[dict[str, Any]]
+) -> dict[str, bytes]:
+    """Undo `tampered`'s changes: what stands where it should not (an added file, a link or a
+    file in place of a folder) is taken out, then the protected files are written back from
+    their originals. Returns the files taken out, {path: contents}, for the caller to keep."""
     store = BlobStore()
-    for rel in paths:
+    moved: dict[str, bytes] = {}
+    for change in changes:
+        if change["path"] in prints:
+            continue
+        path = workspace.path / change["path"]
+        if path.is_file() and not path.is_symlink():
+            moved[change["path"]] = path.read_bytes()
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink()
+    for change in changes:
+        rel = change["path"]
+        if rel not in prints:
+            continue
         path = workspace.path / rel
-        if path.is_symlink() or path.is_dir():
-            import shutil
-
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(store.get(prints[rel]["hash"]))
         path.chmod(prints[rel]["mode"])
+    return moved
+
+
+def clear_caches(workspace, prints: dict[str, dict[str, Any]]) -> None:
+    """Remove the CACHE_DIRS under protected folders (call it once `tampered` finds nothing
+    replaced, so no link is on the way)."""
+    for rel, fingerprint in prints.items():
+        if not _is_folder(fingerprint) or _replaced(workspace, rel, fingerprint) is not None:
+            continue
+        top = workspace.path / _prefix(rel)
+        for here, dirs, _files in os.walk(top):
+            for name in [d for d in dirs if d in CACHE_DIRS]:
+                dirs.remove(name)
+                path = Path(here, name)
+                if path.is_symlink():
+                    path.unlink()
+                else:
+                    shutil.rmtree(path)
 
 
 def is_protected(prints: dict[str, dict[str, Any]], rel_path: str) -> bool:
+    """Whether a file tool writing `rel_path` would change what the checks depend on."""
     rel = rel_path.strip("/")
     while rel.startswith("./"):
         rel = rel[2:]
-    return rel in prints
+    if rel in prints:
+        return True
+    return any(_is_folder(p) and (rel + "/").startswith(_prefix(key)) for key, p in prints.items())
 
 
 # --- ratchet ----------------------------------------------------------------------------------
@@ -337,12 +468,17 @@ def words(text: str) -> set[str]:
     }
 
 
-def goal_coverage(goal: str, handoff: dict[str, Any]) -> float:
-    """How much of the goal's vocabulary the handoff still speaks of (0..1)."""
-    goal_words = words(goal)
-    if not goal_words:
-        return 1.0
-    text = " ".join(
+def handoff_text(handoff: dict[str, Any]) -> str:
+    """The part of a handoff that is the agent's own account of where the work stands.
+
+    A handoff the harness forced (the agent ignored the request for one) has no restated goal:
+    its summary is the harness's own boilerplate, which says nothing about the work. The agent's
+    last words stand in for it; when there are none, nothing shows the session still worked
+    toward the goal, so the coverage is 0 and the drift warning is recorded for a person to see.
+    """
+    if handoff.get("forced"):
+        return handoff.get("last_text") or ""
+    return " ".join(
         [
             handoff.get("summary", ""),
             *handoff.get("done", []),
@@ -350,7 +486,30 @@ def goal_coverage(goal: str, handoff: dict[str, Any]) -> float:
             *handoff.get("open_questions", []),
         ]
     )
-    return len(goal_words & words(text)) / len(goal_words)
+
+
+def goal_coverage(goal: str, handoff: dict[str, Any]) -> float:
+    """How much of the goal's vocabulary the handoff still speaks of (0..1)."""
+    goal_words = words(goal)
+    if not goal_words:
+        return 1.0
+    return len(goal_words & words(handoff_text(handoff))) / len(goal_words)
+
+
+def drift(goal: str, handoff: dict[str, Any]) -> dict[str, Any] | None:
+    """The drift.warning payload when a handoff has parted from the goal; None when it has not.
+    Every handoff, the agent's or the harness's, is measured here."""
+    coverage = goal_coverage(goal, handoff)
+    if coverage >= DRIFT_THRESHOLD:
+        return None
+    text = handoff_text(handoff)
+    return {
+        "coverage": round(coverage, 3),
+        "threshold": DRIFT_THRESHOLD,
+        "goal_words_missing": sorted(words(goal) - words(text))[:30],
+        "summary": text[:500],
+        "forced": bool(handoff.get("forced")),
+    }
 
 
 __all__ = ["JudgeUnavailable", "ProviderError", "Verdict", "run_judge"]

@@ -537,3 +537,70 @@ def test_the_one_time_login_link_still_lands_on_the_runs_list(client, owner):
     token = default_token_generator.make_token(owner)
     response = client.post(f"/login/{uid}/{token}/")
     assert response.status_code == 302 and client.get(response["Location"]).status_code == 200
+
+
+def verification_events(run: Run) -> None:
+    """One event of each verification kind, with markup in the text the agent or judge wrote."""
+    eventlog.append_many(
+        run.pk,
+        [
+            eventlog.NewEvent(
+                "check.regressed", {"command": "pytest -q", "passed_at_seq": 3, "at": "finish"}
+            ),
+            eventlog.NewEvent(
+                "check.tampered",
+                {
+                    "files": [{"path": "tests/<conftest>.py", "change": "added"}],
+                    "at": "session_end",
+                },
+            ),
+            eventlog.NewEvent(
+                "drift.warning",
+                {
+                    "coverage": 0.05,
+                    "threshold": 0.2,
+                    "goal_words_missing": ["invoices", "<csv>"],
+                    "summary": "tidied <b>logging</b>",
+                    "forced": True,
+                },
+            ),
+            eventlog.NewEvent(
+                "judge.verdict",
+                {
+                    "passed": False,
+                    "model": "claude-haiku-4-5",
+                    "error": "",
+                    "criteria": [
+                        {"criterion": "README explains add", "passed": True, "reason": "it does"},
+                        {
+                            "criterion": "docs <i>cover</i> errors",
+                            "passed": False,
+                            "reason": "<script>alert(3)</script> nothing on errors",
+                        },
+                    ],
+                },
+                actor="judge",
+            ),
+        ],
+    )
+
+
+def test_the_run_page_shows_regressions_and_tampering_prominently_and_verdicts_per_criterion(
+    owner,
+):
+    run = make_run(created_by=owner)
+    verification_events(run)
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert html.count('class="warning-banner" role="alert"') == 2
+    assert "<b>⚠ Regression:</b> <code>pytest -q</code> passed at #3 and fails now" in html
+    assert "<b>⚠ Protected files tampered with</b>" in html
+    assert '<code>tests/&lt;conftest&gt;.py</code> <span class="bad">added</span>' in html
+    assert "the forced handoff (the agent's last words) speaks of 5% of the goal" in html
+    assert "Missing: invoices, &lt;csv&gt;" in html
+    assert '<span class="good">✔ pass</span> <b>README explains add</b> — it does' in html
+    assert (
+        '<span class="bad">✘ fail</span> <b>docs &lt;i&gt;cover&lt;/i&gt; errors</b> — '
+        "&lt;script&gt;alert(3)&lt;/script&gt; nothing on errors"
+    ) in html
+    assert "<script>alert(3)" not in html and "<b>logging</b>" not in html
+    assert "{&#x27;" not in html  # no payload shown as a raw dict

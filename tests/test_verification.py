@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
-from agents import services
-from agents.models import Approval, Event, RunStatus
+from agents import providers, services, verification
+from agents.blobstore import BlobStore
+from agents.eventlog import describe
+from agents.models import Approval, Artifact, Event, RunStatus
+from agents.sandbox import Workspace
 from agents.verification import JUDGE_SYSTEM, criteria_of, goal_coverage
 from tests.conftest import call, drive_until_idle, finish_turn, make_run
 from tests.fake_anthropic import FakeAnthropic
@@ -340,3 +344,250 @@ def test_bad_verification_input_is_refused_clearly(tmp_path):
 def test_rubric_lines_become_criteria(db):
     run = make_run(turns=[finish_turn()], rubric="- first\n* second\n\n3. third\n")
     assert criteria_of(run) == ["first", "second", "third"]
+
+
+# --- protected folders --------------------------------------------------------------------------
+PATCH_ASSERTS = "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+FOLDER_CHECK = "python3 -m unittest discover -s tests"
+
+
+def seeded_folder(tmp_path, code=BUGGY):
+    (tmp_path / "tests").mkdir(parents=True)
+    (tmp_path / "tests" / "test_calc.py").write_text(TEST_FILE)
+    (tmp_path / "calc.py").write_text(code)
+    return tmp_path
+
+
+def test_a_file_tool_may_not_create_a_new_file_in_a_protected_folder(tmp_path):
+    run = make_run(
+        turns=[
+            {
+                "tool_calls": [
+                    call("write_file", path="tests/test_0_patch.py", content=PATCH_ASSERTS)
+                ]
+            },
+            {"tool_calls": [call("write_file", path="tests_notes/todo.txt", content="fix add\n")]},
+            {"tool_calls": [call("write_file", path="calc.py", content=FIXED)]},
+            finish_turn(),
+        ],
+        checks=[FOLDER_CHECK],
+        workspace_from=seeded_folder(tmp_path),
+        protected_paths=["tests/"],
+    )
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    denied, sibling, _fixed = events(run, "tool.result")[:3]
+    assert denied["is_error"] and "tests/test_0_patch.py is protected" in denied["output"]
+    assert not (run.workspace_path / "tests" / "test_0_patch.py").exists()
+    assert not sibling["is_error"]  # a folder merely named alike is not protected
+    assert events(run, "check.tampered") == []
+
+
+def test_a_new_file_in_a_protected_folder_asks_a_person_when_the_run_says_ask(tmp_path):
+    run = make_run(
+        turns=[
+            {"tool_calls": [call("write_file", path="tests/conftest.py", content="x = 1\n")]},
+            finish_turn(),
+        ],
+        checks=["true"],
+        workspace_from=seeded_folder(tmp_path),
+        protected_paths=["tests"],
+        protected_action="ask",
+    )
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    assert "tests/conftest.py is protected" in events(run, "approval.requested")[0]["reason"]
+
+
+def test_a_file_added_to_a_protected_folder_through_bash_is_taken_out_before_the_checks(
+    tmp_path,
+):
+    run = make_run(
+        turns=[
+            {
+                "tool_calls": [
+                    call("bash", command=f"printf '%s' '{PATCH_ASSERTS}' > tests/test_0_patch.py")
+                ]
+            },
+            finish_turn("tests pass now"),
+            {"tool_calls": [call("write_file", path="calc.py", content=FIXED)]},
+            finish_turn("fixed for real"),
+        ],
+        checks=[FOLDER_CHECK],
+        workspace_from=seeded_folder(tmp_path),
+        protected_paths=["tests/"],
+    )
+    run = drive_until_idle(run)
+    tampered = events(run, "check.tampered")
+    assert len(tampered) == 1
+    [added] = tampered[0]["files"]
+    assert added["path"] == "tests/test_0_patch.py" and added["change"] == "added"
+    kept = Artifact.objects.get(run=run, name="moved-aside/tests/test_0_patch.py")
+    assert kept.blob_hash == added["found"]  # moved aside, not lost
+    assert BlobStore().get(kept.blob_hash) == PATCH_ASSERTS.encode()
+    assert not (run.workspace_path / "tests" / "test_0_patch.py").exists()
+    first, second = finish_results(run)
+    assert first["is_error"] and "tests/test_0_patch.py (added)" in first["output"]
+    assert not second["is_error"]
+    assert [c["passed"] for c in events(run, "check.result")] == [False, True]
+    assert run.status == RunStatus.SUCCEEDED  # only once the code was really fixed
+
+
+def test_a_protected_folder_swapped_for_a_link_is_put_back_without_touching_where_it_led(tmp_path):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    seeded_folder(work)
+    workspace = Workspace(work)
+    prints = verification.fingerprint(workspace, ["tests"])
+    assert prints["tests/"]["folder"] is True and "tests/test_calc.py" in prints
+    elsewhere.mkdir()
+    (elsewhere / "test_calc.py").write_text(TEST_FILE)
+    (elsewhere / "test_0_patch.py").write_text(PATCH_ASSERTS)
+    shutil.rmtree(work / "tests")
+    (work / "tests").symlink_to(elsewhere)
+    changes = verification.tampered(workspace, prints)
+    assert {(c["path"], c["change"]) for c in changes} == {
+        ("tests", "replaced by a link or a file"),
+        ("tests/test_calc.py", "deleted or replaced"),
+    }
+    verification.restore_originals(workspace, prints, changes)
+    assert not (work / "tests").is_symlink()
+    assert sorted(p.name for p in (work / "tests").iterdir()) == ["test_calc.py"]
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["test_0_patch.py", "test_calc.py"]
+    assert verification.tampered(workspace, prints) == []
+
+
+def test_caches_in_a_protected_folder_are_cleared_not_reported(tmp_path):
+    workspace = Workspace(seeded_folder(tmp_path))
+    prints = verification.fingerprint(workspace, ["tests/"])
+    cache = tmp_path / "tests" / "__pycache__"
+    cache.mkdir()
+    (cache / "test_calc.cpython-311.pyc").write_bytes(b"crafted")
+    assert verification.tampered(workspace, prints) == []
+    verification.clear_caches(workspace, prints)
+    assert not cache.exists() and (tmp_path / "tests" / "test_calc.py").exists()
+
+
+def test_links_in_a_protected_folder_from_the_start_stay_and_new_ones_are_reported(tmp_path):
+    workspace = Workspace(seeded_folder(tmp_path))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "tests" / "fixtures").symlink_to(tmp_path / "data")
+    prints = verification.fingerprint(workspace, ["tests"])
+    (tmp_path / "tests" / "more").symlink_to(tmp_path / "data")
+    changes = verification.tampered(workspace, prints)
+    assert [(c["path"], c["change"]) for c in changes] == [("tests/more", "added")]
+    assert verification.restore_originals(workspace, prints, changes) == {}
+    assert (tmp_path / "tests" / "fixtures").is_symlink()
+    assert not (tmp_path / "tests" / "more").exists() and (tmp_path / "data").is_dir()
+
+
+def test_a_single_protected_file_does_not_protect_its_neighbours(tmp_path):
+    workspace = Workspace(seeded_folder(tmp_path))
+    prints = verification.fingerprint(workspace, ["tests/test_calc.py"])
+    assert list(prints) == ["tests/test_calc.py"]
+    assert verification.is_protected(prints, "./tests/test_calc.py")
+    assert not verification.is_protected(prints, "tests/conftest.py")
+    (tmp_path / "tests" / "conftest.py").write_text("x = 1\n")
+    assert verification.tampered(workspace, prints) == []
+
+
+# --- drift at a forced handoff ------------------------------------------------------------------
+class Stubborn:
+    """Plays the script but never hands off when asked, so the harness has to."""
+
+    name, offline = "stubborn", True
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def next_turn(self, request):
+        request.handoff_requested = False
+        return self.inner.next_turn(request)
+
+
+def test_a_forced_handoff_is_measured_for_drift_on_the_agents_last_words(monkeypatch):
+    def chatter(text):
+        return [{"text": text, "tool_calls": [call("list_files")]}] * 4  # limit 2 + grace 2
+
+    run = make_run(
+        goal="Implement CSV export for the invoices report",
+        turns=[
+            *chatter("Tidying the logging colours."),
+            *chatter("Writing the CSV export of the invoices report."),
+            finish_turn(),
+        ],
+        max_turns_per_session=2,
+    )
+    original = providers.for_run
+    monkeypatch.setattr(providers, "for_run", lambda r: Stubborn(original(r)))
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    first, second, _third = run.sessions.order_by("index")
+    assert first.handoff["forced"] and second.handoff["forced"]
+    drift = Event.objects.filter(run=run, kind="drift.warning")
+    assert [e.session_id for e in drift] == [first.pk]  # the on-topic forced handoff is fine
+    warning = drift[0].payload
+    assert warning["forced"] is True and "invoices" in warning["goal_words_missing"]
+    assert warning["summary"] == "Tidying the logging colours."  # not the harness's boilerplate
+
+
+def test_a_forced_handoff_without_any_words_from_the_agent_is_flagged():
+    forced = {"summary": "The session reached its limit ...", "forced": True, "last_text": ""}
+    warning = verification.drift("Implement CSV export for the invoices report", forced)
+    assert warning is not None and warning["coverage"] == 0 and warning["forced"] is True
+
+
+# --- how the events read ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kind", "payload", "expected"),
+    [
+        (
+            "check.regressed",
+            {"command": "pytest -q", "passed_at_seq": 12, "at": "finish"},
+            "REGRESSION: `pytest -q` passed at #12 and fails now (finish)",
+        ),
+        (
+            "check.tampered",
+            {
+                "files": [
+                    {"path": "tests/test_a.py", "change": "modified"},
+                    {"path": "tests/conftest.py", "change": "added"},
+                ],
+                "at": "finish",
+            },
+            "TAMPERED: 2 protected file(s) changed, the checks ran against the originals: "
+            "tests/test_a.py (modified), tests/conftest.py (added)",
+        ),
+        (
+            "drift.warning",
+            {
+                "coverage": 0.125,
+                "threshold": 0.2,
+                "goal_words_missing": ["csv", "export", "invoices"],
+                "summary": "tidied logging",
+            },
+            "drift: the handoff speaks of 12% of the goal (below 20%); missing: csv, export, invoices",
+        ),
+        (
+            "drift.warning",
+            {"coverage": 0, "threshold": 0.2, "goal_words_missing": ["csv"], "forced": True},
+            "drift: the forced handoff (the agent's last words) speaks of 0% of the goal",
+        ),
+        (
+            "judge.verdict",
+            {
+                "passed": False,
+                "model": "scripted",
+                "error": "",
+                "criteria": [
+                    {"criterion": "README explains add", "passed": False, "reason": "only todo"},
+                    {"criterion": "tests pass", "passed": True, "reason": "they do"},
+                ],
+            },
+            "judge rejected, 1 of 2 criteria met: ✘ README explains add: only todo; "
+            "✔ tests pass: they do",
+        ),
+    ],
+)
+def test_verification_events_read_as_one_plain_line(kind, payload, expected):
+    line = describe(kind, payload)
+    assert line.startswith(expected) and "\n" not in line and "{" not in line

@@ -433,6 +433,7 @@ class Driver:
                 "forced": True,
             }
             self._save_handoff(handoff)
+            self._check_drift(handoff)  # measured like the agent's own (see handoff_text)
             self._end_session(EndReason.HANDOFF)
             raise _SliceOver("handoff")
 
@@ -872,26 +873,22 @@ class Driver:
         self._record_result(
             block, sandbox.ToolResult(output="Handoff saved. This session ends now.")
         )
-        coverage = verification.goal_coverage(self.run_obj.goal, handoff)
-        if coverage < verification.DRIFT_THRESHOLD:
-            missing = sorted(
-                verification.words(self.run_obj.goal) - verification.words(str(handoff))
-            )
+        self._check_drift(handoff)
+        self._end_session(EndReason.HANDOFF)
+        raise _SliceOver("handoff")
+
+    def _check_drift(self, handoff: dict[str, Any]) -> None:
+        """Record drift.warning when a handoff, the agent's or the harness's, left the goal."""
+        warning = verification.drift(self.run_obj.goal, handoff)
+        if warning is not None:
             self._append(
                 NewEvent(
                     EventKind.DRIFT_WARNING,
-                    {
-                        "coverage": round(coverage, 3),
-                        "threshold": verification.DRIFT_THRESHOLD,
-                        "goal_words_missing": missing[:30],
-                        "summary": handoff["summary"][:500],
-                    },
+                    warning,
                     session_id=self.session.pk,
                     actor=self.owner,
                 )
             )
-        self._end_session(EndReason.HANDOFF)
-        raise _SliceOver("handoff")
 
     def _finish(self, block: dict[str, Any], tool_input: dict[str, Any]) -> None:
         self._transition(
@@ -948,13 +945,15 @@ class Driver:
                         actor=self.owner,
                     )
                 )
-                verification.restore_originals(
-                    self.workspace, run.protected, [c["path"] for c in changed]
-                )
+                moved = verification.restore_originals(self.workspace, run.protected, changed)
+                for rel, data in moved.items():  # taken out of the workspace, not lost
+                    self._store_artifact(f"moved-aside/{rel}", ArtifactKind.FILE, data)
                 notes.append(
                     "Protected files were changed and have been put back to their originals before "
-                    "the checks ran: " + ", ".join(c["path"] for c in changed)
+                    "the checks ran (files added under a protected folder are kept as moved-aside/ "
+                    "artifacts): " + ", ".join(f"{c['path']} ({c['change']})" for c in changed)
                 )
+            verification.clear_caches(self.workspace, run.protected)
         extra = [
             c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
         ]
