@@ -64,6 +64,16 @@ ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]"
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
 SHIFTLOG_BASE_URL = env_str("SHIFTLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
+# Behind a TLS-terminating reverse proxy (which sets X-Forwarded-Proto): cookies only over
+# HTTPS, plain HTTP redirected (the health endpoints excepted, for load balancers), and HSTS
+# when SHIFTLOG_HSTS_SECONDS says for how long.
+if env_bool("SHIFTLOG_HTTPS", False):
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = int(env_number("SHIFTLOG_HSTS_SECONDS", 0))
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -159,6 +169,8 @@ else:
         "immediate": HUEY_IMMEDIATE,
     }
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Nobody reads a task's return value: storing one per slice would only grow the queue's storage.
+HUEY["results"] = False
 HUEY["consumer"] = {
     "workers": int(env_number("SHIFTLOG_WORKERS", 2)),
     "worker_type": "thread",

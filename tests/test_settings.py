@@ -137,3 +137,26 @@ def test_the_people_in_the_loop_settings_are_read_from_the_environment(tmp_path)
         "TOOL_POLICY": [{"tool": "bash", "pattern": "^git push", "action": "deny"}],
         "APPROVAL_TIMEOUT_SECONDS": 90,
     }
+
+
+def test_shiftlog_https_makes_the_deployment_checks_pass_for_cookies_redirect_and_hsts(tmp_path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "SHIFTLOG_DATA_DIR": str(tmp_path),
+        "SECRET_KEY": "x" * 60 + "-a-long-random-enough-key-for-the-deploy-check",
+        "ALLOWED_HOSTS": "shiftlog.example",
+    }
+    plain = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    for warning in ("W004", "W008", "W012", "W016"):
+        assert f"security.{warning}" in plain.stderr + plain.stdout
+    secure = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        env={**env, "SHIFTLOG_HTTPS": "true", "SHIFTLOG_HSTS_SECONDS": "31536000"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    for warning in ("W004", "W008", "W012", "W016"):
+        assert f"security.{warning}" not in secure.stderr + secure.stdout, secure.stderr
