@@ -5,7 +5,7 @@ from django.utils.html import format_html
 
 from agents import services
 from agents.eventlog import describe
-from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session
+from agents.models import Approval, Artifact, Checkpoint, Event, Run, RunScript, Session
 
 
 class SessionInline(admin.TabularInline):
@@ -144,3 +144,22 @@ class ArtifactAdmin(ReadOnlyAdmin):
 class ApprovalAdmin(ReadOnlyAdmin):
     list_display = ("id", "run", "tool_name", "status", "decided_by", "created_at")
     list_filter = ("status",)
+
+
+@admin.register(RunScript)
+class RunScriptAdmin(ReadOnlyAdmin):
+    list_display = ("run", "name", "turns")
+    list_select_related = ("run",)
+    search_fields = ("run__id",)
+
+    @admin.display(description="name")
+    def name(self, row):
+        return row.script.get("name", "") if isinstance(row.script, dict) else ""
+
+    @admin.display(description="turns")
+    def turns(self, row):
+        return len(row.script.get("turns", [])) if isinstance(row.script, dict) else 0
+
+    def has_delete_permission(self, request, obj=None):
+        # The scripted provider replays it at every step: a run without it cannot go on.
+        return False

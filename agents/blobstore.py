@@ -59,7 +59,16 @@ class BlobStore:
         return os.path.exists(f"{self._root_str}/{digest[:2]}/{digest[2:]}")
 
     def put(self, data: bytes) -> str:
-        return self.add(data)[0]
+        """Store `data` for a row about to name it (an artifact, a protected file's original).
+
+        A blob already stored is marked as just used: it may be old enough for a prune, which
+        cannot see the row before it is committed, but its grace period covers it now.
+        """
+        digest, added = self.add(data)
+        if not added:
+            with contextlib.suppress(FileNotFoundError):
+                self.touch(digest)
+        return digest
 
     def add(self, data: bytes) -> tuple[str, bool]:
         """Store `data`; returns (digest, whether it was newly written)."""
@@ -122,6 +131,19 @@ class BlobStore:
 
     def open(self, digest: str) -> BinaryIO:
         return self.path(digest).open("rb")
+
+    def check(self, digest: str) -> str | None:
+        """What is wrong with a stored blob: missing, or content not hashing to its digest."""
+        h = hashlib.sha256()
+        try:
+            with self.open(digest) as f:
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+        except FileNotFoundError:
+            return f"blob {digest} is missing"
+        if h.hexdigest() != digest:
+            return f"blob {digest} is corrupt: its content hashes to {h.hexdigest()}"
+        return None
 
     def read_head(self, digest: str, n: int) -> bytes:
         with self.open(digest) as f:

@@ -11,6 +11,7 @@ after the checkpoint stay where they are, as an abandoned branch (see `abandoned
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,20 @@ def snapshots() -> Snapshots:
 def cache_path(run: Run) -> Path:
     # Outside the workspace: the agent must not be able to see or forge it.
     return Path(settings.DATA_DIR) / "statcache" / f"run-{run.pk}.json"
+
+
+def protected_originals() -> Iterator[tuple[int, str, str]]:
+    """(run id, path, blob) for every run's protected files.
+
+    `verification.fingerprint` stores their originals with `BlobStore.put` when the run is created,
+    and the checks are run against them (`restore_originals`), so the store must keep them like
+    a checkpoint's files, also for a run whose first checkpoint is not taken yet. A fork copies
+    its origin's fingerprints, so every run counts, over or not.
+    """
+    rows = Run.objects.exclude(protected={}).values_list("pk", "protected")
+    for run_id, prints in rows.iterator(chunk_size=500):
+        for path, fingerprint in (prints or {}).items():
+            yield run_id, path, fingerprint["hash"]
 
 
 def abandoned_ranges(run_id: int) -> list[tuple[int, int]]:

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from agents.models import Event, RunStatus
+from agents.models import Event, RunScript, RunStatus
 from tests.conftest import drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
@@ -17,12 +17,31 @@ def admin_client(client):
     return client
 
 
-@pytest.mark.parametrize("model", ["run", "session", "event", "checkpoint", "artifact", "approval"])
+@pytest.mark.parametrize(
+    "model", ["run", "runscript", "session", "event", "checkpoint", "artifact", "approval"]
+)
 def test_every_model_has_an_admin_page(admin_client, model):
     drive_until_idle(
         make_run(turns=[{"tool_calls": [{"name": "finish", "input": {"summary": "x"}}]}])
     )
     assert admin_client.get(f"/admin/agents/{model}/").status_code == 200
+
+
+def test_a_runs_script_is_shown_read_only_in_the_admin(admin_client):
+    run = make_run(turns=[{"text": "a turn only the script knows"}])
+    listing = admin_client.get("/admin/agents/runscript/")
+    assert f"Run {run.pk}".encode() in listing.content
+    page = admin_client.get(f"/admin/agents/runscript/{run.pk}/change/")
+    assert page.status_code == 200
+    assert b"a turn only the script knows" in page.content
+    assert b'name="_save"' not in page.content
+    post = admin_client.post(f"/admin/agents/runscript/{run.pk}/change/", {"script": "{}"})
+    assert post.status_code == 403
+    delete = admin_client.post(f"/admin/agents/runscript/{run.pk}/delete/", {"post": "yes"})
+    assert delete.status_code == 403
+    assert RunScript.objects.get(run=run).script["turns"] == [
+        {"text": "a turn only the script knows"}
+    ]
 
 
 def test_events_are_read_only_in_the_admin(admin_client):

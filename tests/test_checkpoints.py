@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import time
+from decimal import Decimal
 from io import StringIO
+from itertools import pairwise
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -11,7 +15,10 @@ from django.core.management import CommandError, call_command
 from agents import checkpoints, services
 from agents.blobstore import BlobStore
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus
+from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
+from tests.fake_anthropic import FakeAnthropic
+from tests.procs import Procs, dump_events, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -20,6 +27,14 @@ def cli(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
+
+
+def cli_failing(*args: str) -> tuple[CommandError, str]:
+    """Run a command that must fail: (its error, what it wrote to stderr)."""
+    err = StringIO()
+    with pytest.raises(CommandError) as info:
+        call_command(*args, stdout=StringIO(), stderr=err)
+    return info.value, err.getvalue()
 
 
 def blob_count() -> int:
@@ -34,6 +49,10 @@ def test_the_demo_checkpoints_at_start_session_ends_and_before_approval(decider)
     run = drive_until_idle(services.create_demo_run())
     kinds = list(run.checkpoints.order_by("seq").values_list("kind", flat=True))
     assert kinds == ["run_start", "session_end", "pre_approval"]
+    start, session_end, pre_approval = run.checkpoints.order_by("seq")
+    # Each checkpoint's parent is the one before it.
+    assert start.parent is None
+    assert session_end.parent == start and pre_approval.parent == session_end
     created = Event.objects.filter(run=run, kind="checkpoint.created").order_by("seq")
     assert [e.seq for e in created] == list(
         run.checkpoints.order_by("seq").values_list("seq", flat=True)
@@ -45,7 +64,8 @@ def test_the_demo_checkpoints_at_start_session_ends_and_before_approval(decider)
     assert run.head_checkpoint.kind == "pre_approval"
     approve_pending(run, decider)
     run = drive_until_idle(run)
-    assert run.checkpoints.order_by("-seq").first().kind == "session_end"  # the final one
+    final = run.checkpoints.order_by("-seq").first()
+    assert final.kind == "session_end" and final.parent == pre_approval  # the final one
 
 
 def test_rewinding_the_demo_to_a_mid_run_checkpoint_and_it_continues_to_success(decider):
@@ -53,6 +73,11 @@ def test_rewinding_the_demo_to_a_mid_run_checkpoint_and_it_continues_to_success(
     assert run.status == RunStatus.AWAITING_APPROVAL
     target = run.checkpoints.get(kind="session_end")
     before = run.last_seq
+    spent = [
+        e.payload["usage"]
+        for e in Event.objects.filter(run=run, kind="model.turn", seq__gt=target.seq)
+    ]
+    assert spent  # session 2 took turns: they are what the rewind discards
     discarded = checkpoints.rewind(run.pk, target.pk, actor="user:dana", note="go carefully")
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
@@ -65,12 +90,19 @@ def test_rewinding_the_demo_to_a_mid_run_checkpoint_and_it_continues_to_success(
     assert rewound.actor == "user:dana"
     assert rewound.payload["to_seq"] == target.seq and rewound.payload["from_seq"] >= before
     assert discarded.sessions == [2] and discarded.events > 0
+    assert rewound.payload["tokens"] == sum(u["input_tokens"] + u["output_tokens"] for u in spent)
+    assert Decimal(rewound.payload["cost_usd"]) == 0  # offline
+    assert rewound.payload["artifacts"] == []  # session 2 saved none before its approval wait
     assert any(f["path"] == "textstats.py" for f in discarded.files)
     assert run.sessions.get(index=2).end_reason == "rewound"
     assert checkpoints.abandoned_ranges(run.pk) == [(target.seq, rewound.payload["from_seq"])]
     # The next session starts from the checkpoint's handoff and the note; the script, rewound
     # with it, plays session 2's steps again, risky one included.
     run = drive_until_idle(run)
+    # The branch after the rewind grows from the checkpoint rewound to, not from the head
+    # left behind (the pre-approval checkpoint of the abandoned session 2).
+    after = run.checkpoints.filter(seq__gt=rewound.seq).order_by("seq")
+    assert after and after[0].parent == target
     third = run.sessions.get(index=3)
     first = Event.objects.get(session=third, kind="session.started").payload["first_message"]
     assert target.handoff["summary"] in first and "go carefully" in first
@@ -252,3 +284,231 @@ def test_checkpoints_show_in_show_run(db):
     data = json.loads(cli("show_run", str(run.pk), "--json"))
     assert [c["kind"] for c in data["checkpoints"]] == ["run_start", "session_end"]
     assert Checkpoint.objects.filter(run=run).count() == 2
+
+
+# --- the store keeps what protected files need -----------------------------------------------
+def age(digest: str, seconds: float) -> None:
+    """Make a stored blob look `seconds` old, as a prune's grace period sees it."""
+    then = time.time() - seconds
+    os.utime(BlobStore().path(digest), (then, then))
+
+
+def protected_run(tmp_path) -> tuple[Run, bytes]:
+    """A queued run (never started: no checkpoint yet) with one protected file of its own."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    # Content of this test's own, so no other run's checkpoint holds the same blob.
+    original = f"# {tmp_path}\nimport unittest\n".encode()
+    (seed / "test_it.py").write_bytes(original)
+    run = make_run(turns=[finish_turn()], workspace_from=seed, protected_paths=["test_it.py"])
+    assert run.status == RunStatus.QUEUED and not run.checkpoints.exists()
+    return run, original
+
+
+def test_prune_keeps_a_protected_files_original_that_only_the_run_references(tmp_path):
+    run, original = protected_run(tmp_path)
+    blob = run.protected["test_it.py"]["hash"]
+    orphan = BlobStore().put(f"nobody references me {tmp_path}".encode())
+    # The run stayed queued for longer than the grace period.
+    age(blob, 2 * 3600)
+    age(orphan, 2 * 3600)
+    assert "deleted" in cli("prune_store", "--grace-seconds", "3600")
+    assert not BlobStore().exists(orphan)  # the prune did delete what nothing references
+    assert BlobStore().exists(blob)
+    # The original the checks are run against can still be put back.
+    assert BlobStore().get(blob) == original
+    assert "1 protected file(s)" in cli("verify_store")
+
+
+def test_verify_store_reports_a_corrupt_or_missing_protected_files_original(tmp_path):
+    run, _ = protected_run(tmp_path)
+    blob = run.protected["test_it.py"]["hash"]
+    path = BlobStore().path(blob)
+    path.chmod(0o644)
+    path.write_bytes(b"tampered")
+    error, stderr = cli_failing("verify_store")
+    assert error.returncode == 2 and "1 problem(s)" in str(error)
+    assert f"protected file test_it.py of run {run.pk}: blob {blob} is corrupt" in stderr
+    path.unlink()
+    _, stderr = cli_failing("verify_store")
+    assert f"protected file test_it.py of run {run.pk}: blob {blob} is missing" in stderr
+
+
+def test_verify_store_reports_a_corrupt_artifact(decider):
+    run = drive_until_idle(services.create_demo_run())
+    artifact = Artifact.objects.filter(run=run).first()
+    assert "store OK" in cli("verify_store")
+    path = BlobStore().path(artifact.blob_hash)
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes() + b"!")
+    _, stderr = cli_failing("verify_store")
+    assert f"artifact {artifact.pk}: blob {artifact.blob_hash} is corrupt" in stderr
+
+
+def test_storing_content_already_in_the_store_renews_its_grace_period(db, tmp_path):
+    store = BlobStore()
+    data = f"an artifact or fingerprint whose row is not written yet {tmp_path}".encode()
+    digest = store.put(data)
+    age(digest, 2 * 3600)
+    # Stored again for a new row that a prune cannot see before it is committed.
+    assert store.put(data) == digest
+    cli("prune_store", "--grace-seconds", "3600")
+    assert store.exists(digest)
+
+
+# --- what a rewind discards, in tokens, dollars and artifacts ---------------------------------
+ANTHROPIC_KEY = "sk-ant-test-key-0123456789"
+
+
+@pytest.fixture
+def fake_api(settings):
+    with FakeAnthropic() as server:
+        settings.SHIFTLOG = {
+            **settings.SHIFTLOG,
+            "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "ANTHROPIC_MAX_RETRIES": 1,
+            "ANTHROPIC_STRICT": True,
+            "CHECKPOINT_EVERY": 1,
+        }
+        yield server
+
+
+def tool_use(id_: str, tool: str, /, **tool_input) -> dict:
+    return {"type": "tool_use", "id": id_, "name": tool, "input": tool_input}
+
+
+def test_a_rewind_records_the_tokens_dollars_and_artifacts_it_discards(fake_api):
+    fake_api.push_message(
+        [tool_use("t1", "write_file", path="a.txt", content="first\n")],
+        stop_reason="tool_use",
+        usage={"input_tokens": 1000, "output_tokens": 100},
+    )
+    fake_api.push_message(
+        [
+            tool_use("t2", "write_file", path="a.txt", content="second\n"),
+            tool_use("t3", "save_artifact", path="a.txt", name="a-second"),
+        ],
+        stop_reason="tool_use",
+        usage={"input_tokens": 2000, "output_tokens": 200},
+    )
+    fake_api.push_message(
+        [tool_use("t4", "bash", command="curl -s https://example.com/ping")],
+        stop_reason="tool_use",
+        usage={"input_tokens": 500, "output_tokens": 50},
+    )
+    run = drive_until_idle(make_run(provider="anthropic", checks=["grep -q first a.txt"]))
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    start, after_first, after_second, pre_approval = run.checkpoints.order_by("seq")
+    assert [c.kind for c in (start, after_first, after_second, pre_approval)] == [
+        "run_start",
+        "periodic",
+        "periodic",
+        "pre_approval",
+    ]
+    # Each checkpoint's parent is the one before it.
+    assert start.parent is None
+    assert after_first.parent == start
+    assert after_second.parent == after_first
+    assert pre_approval.parent == after_second
+
+    checkpoints.rewind(run.pk, after_first.pk, actor="user:dana")
+    rewound = Event.objects.get(run=run, kind="run.rewound").payload
+    # The second and third turns: sonnet-4-5 at $3/M input and $15/M output.
+    assert rewound["tokens"] == 2000 + 200 + 500 + 50
+    assert Decimal(rewound["cost_usd"]) == Decimal(2500 * 3 + 250 * 15) / 1_000_000
+    assert rewound["artifacts"] == ["a-second"]
+    run.refresh_from_db()
+    assert run.cost_usd > Decimal(rewound["cost_usd"])  # spent is spent: nothing is refunded
+
+    fake_api.push_message(
+        [tool_use("t5", "finish", summary="a.txt says first")], stop_reason="tool_use"
+    )
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    (final,) = run.checkpoints.filter(seq__gt=run.branch_seq)
+    assert final.kind == "session_end" and final.parent == after_first
+
+
+# --- rewinding a run a real worker is driving --------------------------------------------------
+@pytest.fixture
+def procs(transactional_db, tmp_path):
+    # Depends on transactional_db so it is torn down first: every process is dead before the
+    # database is flushed under it.
+    started = Procs(tmp_path)
+    yield started
+    started.close()
+
+
+SLOW_STEP = "echo start >> slow.log; sleep 3; echo end >> slow.log"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_rewinding_a_running_run_pauses_it_lets_its_step_finish_and_it_continues(procs, owner):
+    run = make_run(
+        turns=[
+            {"tool_calls": [call("write_file", path="a.txt", content="kept\n")]},
+            {"tool_calls": [call("bash", command=SLOW_STEP)]},
+            {"tool_calls": [call("write_file", path="b.txt", content="after\n")]},
+            finish_turn(),
+        ],
+        checks=["test -f a.txt && test -f b.txt"],
+    )
+    procs.consumer(name="consumer", SHIFTLOG_CHECKPOINT_EVERY=1)
+    procs.enqueue(run.pk)
+    details = lambda: f"{dump_events(run.pk)}\n{procs.logs()}"  # noqa: E731
+    slow_log = run.workspace_path / "slow.log"
+    wait_for(
+        lambda: slow_log.exists() and "start" in slow_log.read_text(),
+        timeout=30,
+        what="the slow step to start",
+        details=details,
+    )
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+    target = run.checkpoints.get(kind="periodic")  # after a.txt, before the slow step
+    assert target.files == 1
+
+    out = cli("rewind_run", str(run.pk), "--to", str(target.pk), "--user", "olivia")
+    assert f"run {run.pk} → checkpoint {target.pk}: rewound" in out
+    run.refresh_from_db()
+    log = details()
+    assert run.status == RunStatus.QUEUED, log
+    # Paused first, naming the person; the worker finished its step; then the rewind.
+    paused = Event.objects.get(run=run, kind="run.status", payload__to="paused")
+    assert paused.actor == "user:olivia" and "to rewind" in paused.payload["reason"], log
+    slow = Event.objects.get(run=run, kind="tool.result", payload__tool_use_id="toolu_scripted_1_0")
+    assert not slow.payload["is_error"] and slow.payload["output"] != INTERRUPTED, log
+    rewound = Event.objects.get(run=run, kind="run.rewound")
+    assert paused.seq < slow.seq < rewound.seq, log
+    assert rewound.actor == "user:olivia", log
+    assert rewound.payload["to_seq"] == target.seq, log
+    assert {"path": "slow.log", "status": "removed by rewind"} in rewound.payload["files"], log
+    # The worker took no further turn after the pause and let go of the run.
+    assert not Event.objects.filter(
+        run=run, kind="model.turn", seq__gt=paused.seq, seq__lt=rewound.seq
+    ).exists(), log
+    assert run.lease_owner == "", log
+    # The workspace is exactly the checkpoint again: the slow step's file is gone.
+    assert workspace_tree(run) == target.tree, log
+    assert not slow_log.exists() and (run.workspace_path / "a.txt").read_text() == "kept\n"
+
+    # Queued again, the run plays on from the checkpoint (the slow step once more) to success.
+    procs.enqueue(run.pk)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).status in {"succeeded", "failed", "cancelled"},
+        timeout=60,
+        what="the rewound run to end",
+        details=details,
+    )
+    run.refresh_from_db()
+    log = details()
+    assert run.status == RunStatus.SUCCEEDED, log
+    assert slow_log.read_text() == "start\nend\n", log
+    assert (run.workspace_path / "b.txt").read_text() == "after\n", log
+    assert [s.end_reason for s in run.sessions.order_by("index")] == ["rewound", "finished"], log
+    # The new branch's checkpoints grow from the one rewound to.
+    branch = list(run.checkpoints.filter(seq__gt=rewound.seq).order_by("seq"))
+    assert branch and branch[0].parent == target, log
+    assert all(c.parent == p for p, c in pairwise(branch)), log

@@ -178,3 +178,84 @@ def test_pages_require_login(client):
     assert client.get("/").status_code == 302
     assert client.get("/admin/agents/run/").status_code == 302
     assert client.get("/login/MQ/bad-token/").status_code == 403
+
+
+def test_tail_run_describes_verification_events_in_words(owner):
+    from agents import eventlog
+    from tests.conftest import make_run
+
+    run = make_run(created_by=owner)
+    eventlog.append(run.pk, "check.regressed", {"command": "pytest -q", "passed_at_seq": 3})
+    eventlog.append(
+        run.pk, "check.tampered", {"files": [{"path": "tests/conftest.py", "change": "added"}]}
+    )
+    eventlog.append(
+        run.pk,
+        "drift.warning",
+        {"coverage": 0.1, "threshold": 0.2, "goal_words_missing": ["invoices"]},
+    )
+    eventlog.append(
+        run.pk,
+        "judge.verdict",
+        {"passed": True, "criteria": [{"criterion": "documented", "passed": True, "reason": "ok"}]},
+    )
+    lines = cli("tail_run", str(run.pk), "--after", "1").splitlines()
+    assert [line.split()[2] for line in lines] == [
+        "check.regressed",
+        "check.tampered",
+        "drift.warning",
+        "judge.verdict",
+    ]
+    assert "REGRESSION: `pytest -q` passed at #3 and fails now" in lines[0]
+    assert "TAMPERED: 1 protected file(s) changed" in lines[1]
+    assert "tests/conftest.py (added)" in lines[1]
+    assert "drift: the handoff speaks of 10% of the goal (below 20%); missing: invoices" in lines[2]
+    assert "judge accepted, 1 of 1 criteria met: ✔ documented: ok" in lines[3]
+
+
+@pytest.fixture
+def procs(transactional_db, tmp_path):
+    from tests.procs import Procs
+
+    # Depends on transactional_db so it is torn down first: every process is dead before the
+    # database is flushed under it.
+    started = Procs(tmp_path)
+    yield started
+    started.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_tail_run_follow_prints_events_appended_after_it_started_until_the_run_ends(procs):
+    from agents import services
+    from tests.conftest import make_run
+    from tests.procs import wait_for
+
+    run = make_run(turns=[{"text": "x"}])  # queued: no worker drives it here
+    tail = procs.spawn(
+        "tail",
+        [sys.executable, "manage.py", "tail_run", str(run.pk), "--follow", "--interval", "0.1"],
+    )
+    wait_for(
+        lambda: "run.created" in tail.log(),
+        timeout=30,
+        what="tail_run to print the log so far",
+        details=tail.log,
+    )
+    assert tail.popen.poll() is None, tail.log()  # a live run: it keeps following
+    services.note_run(run.pk, "a note written after tail_run started", actor="user:olivia")
+    wait_for(
+        lambda: "a note written after tail_run started" in tail.log(),
+        timeout=15,
+        what="tail_run to print the new event",
+        details=tail.log,
+    )
+    services.cancel_run(run.pk, actor="user:olivia")
+    assert tail.wait(timeout=15) == 0, tail.log()  # the run is over: so is the tail
+    lines = tail.log().splitlines()
+    run.refresh_from_db()
+    assert [int(line.split()[0].lstrip("#")) for line in lines] == list(
+        range(1, run.last_seq + 1)
+    ), lines
+    assert "queued → cancelled" in lines[-1]

@@ -419,3 +419,76 @@ def test_notes_between_sessions_reach_the_next_session_once_and_break_nothing(db
     assert ["first gap" in m for m in firsts] == [False, True, False, False][: len(firsts)]
     assert ["second gap" in m for m in firsts][2] is True
     assert sum("second gap" in m for m in firsts) == 1
+
+
+@pytest.fixture
+def fake_api(settings):
+    from tests.fake_anthropic import FakeAnthropic
+
+    with FakeAnthropic() as server:
+        settings.SHIFTLOG = {
+            **settings.SHIFTLOG,
+            "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "ANTHROPIC_MAX_RETRIES": 1,
+            "ANTHROPIC_STRICT": True,
+        }
+        yield server
+
+
+def test_cost_budget_warns_at_80_percent_then_pauses_and_raising_it_resumes(fake_api):
+    from decimal import Decimal
+
+    for i in range(4):
+        # claude-sonnet-4-5 at $3 per million input tokens: $0.003 a turn.
+        fake_api.push_message(
+            [{"type": "tool_use", "id": f"toolu_{i}", "name": "list_files", "input": {}}],
+            stop_reason="tool_use",
+            usage={"input_tokens": 1000, "output_tokens": 0},
+        )
+    run = make_run(provider="anthropic", budgets=services.Budgets(max_cost_usd=Decimal("0.01")))
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.PAUSED, run.status_reason
+    assert run.cost_usd == Decimal("0.012")
+    assert len(fake_api.requests) == 4  # no model call once the budget was spent
+    assert "budget: max cost ($0.010000) reached" in run.status_reason
+    (warning,) = events_of(run, "budget.warning")
+    # Warned before the fourth turn, at $0.009 of $0.01; paused before a fifth.
+    assert warning.payload == {"budget": "cost", "used": "0.009000", "limit": "0.010000"}
+    (exceeded,) = events_of(run, "budget.exceeded")
+    assert warning.seq < exceeded.seq and "max cost" in exceeded.payload["reason"]
+    with pytest.raises(services.RunError, match=r"still over its budget: \$0.012000 spent"):
+        services.resume_run(run.pk, actor="user:olivia")
+    services.resume_run(
+        run.pk, actor="user:olivia", budgets=services.Budgets(max_cost_usd=Decimal("0.05"))
+    )
+    fake_api.push_message(
+        [{"type": "tool_use", "id": "toolu_9", "name": "finish", "input": {"summary": "ok"}}],
+        stop_reason="tool_use",
+    )
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert len(events_of(run, "budget.warning")) == 1  # $0.012 is far from 80% of $0.05
+
+
+def test_wall_time_budget_warns_at_80_percent_then_pauses_and_raising_it_resumes(db):
+    nap = {"tool_calls": [call("bash", command="sleep 0.2")]}
+    run = make_run(turns=[*[nap] * 25, finish_turn()], budgets=services.Budgets(max_wall_seconds=3))
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.PAUSED, run.status_reason
+    assert "budget: max wall time (3 s) reached" in run.status_reason
+    assert 3 <= run.active_seconds < 10
+    naps_before_pause = len(events_of(run, "tool.result"))
+    assert 5 <= naps_before_pause < 25  # the script did not simply run out
+    (warning,) = events_of(run, "budget.warning")
+    assert warning.payload["budget"] == "wall time" and warning.payload["limit"] == "3"
+    assert 2.4 <= float(warning.payload["used"]) < 3
+    (exceeded,) = events_of(run, "budget.exceeded")
+    assert "max wall time (3 s)" in exceeded.payload["reason"]
+    # The time is spent: resuming needs a higher limit.
+    with pytest.raises(services.RunError, match="still over its budget"):
+        services.resume_run(run.pk, actor="user:olivia")
+    services.resume_run(run.pk, actor="user:olivia", budgets=services.Budgets(max_wall_seconds=120))
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert len(events_of(run, "tool.result")) == 25 + 1  # every nap, then finish

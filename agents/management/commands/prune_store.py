@@ -2,12 +2,15 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from agents.checkpoints import snapshots
+from agents.checkpoints import protected_originals, snapshots
 from agents.models import Artifact, Checkpoint
 
 
 class Command(BaseCommand):
-    help = "Delete blobs that no checkpoint or artifact references (recent ones are kept)."
+    help = (
+        "Delete blobs that no checkpoint, artifact or protected file references "
+        "(recent ones are kept)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true")
@@ -19,9 +22,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **o):
+        keep_blobs = set(Artifact.objects.values_list("blob_hash", flat=True).distinct())
+        # The originals the checks are run against: a run queued or paused before its first
+        # checkpoint has no other reference to them.
+        keep_blobs.update(blob for _, _, blob in protected_originals())
         result = snapshots().prune(
             Checkpoint.objects.values_list("tree", flat=True).distinct(),
-            Artifact.objects.values_list("blob_hash", flat=True).distinct(),
+            keep_blobs,
             grace_seconds=o["grace_seconds"],
             dry_run=o["dry_run"],
         )
