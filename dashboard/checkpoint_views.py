@@ -120,7 +120,7 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
         (messages.error if error else messages.success)(request, error or notice)
         return redirect("run-detail", run_id=run.pk)
     run.refresh_from_db()
-    context = detail_context(request.user, run)
+    context = detail_context(request.user, run, panels=("checkpoints",))
     context.update({"checkpoint_error": error, "checkpoint_notice": notice})
     return render(request, "runs/detail.html#checkpoints", context)
 

@@ -11,27 +11,53 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from agents import checkpoints
 from agents.models import Approval, Run, RunStatus
-from dashboard import access, live, stream
+from dashboard import access, live, stream, views
 
 CATCH_UP_CHUNK = 500
-SIDE_KINDS = live.ROW_KINDS | {
-    "artifact.saved",
-    "checkpoint.created",
-    "budget.warning",
-    "budget.exceeded",
-    "run.rewound",
-    "run.forked",
+ALL_PANELS = views.PANELS
+# The run page's panels each kind of event changes. Only those are rendered and sent again: a
+# model turn moves the meters and its session's counters, not the checkpoints or artifacts.
+PANELS = {
+    "run.created": {"run-header"},
+    "run.status": {"run-header", "meters", "sessions"},
+    "run.updated": {"run-header", "meters"},
+    "model.turn": {"meters", "sessions"},
+    "session.started": {"run-header", "meters", "sessions"},
+    "session.ended": {"run-header", "meters", "sessions"},
+    "approval.requested": {"run-header"},
+    "approval.decided": {"run-header"},
+    "artifact.saved": {"artifacts"},
+    "checkpoint.created": {"checkpoints"},
+    "budget.warning": {"run-header", "meters"},
+    "budget.exceeded": {"run-header", "meters"},
+    "run.rewound": set(ALL_PANELS),
+    "run.forked": {"checkpoints"},
 }
+
+
+def panels_for(rows: list[stream.Row]) -> tuple[str, ...]:
+    wanted = set().union(*(PANELS.get(r.kind, ()) for r in rows)) if rows else set()
+    return tuple(p for p in ALL_PANELS if p in wanted)
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
     mode = "page"  # page | list | approvals | run
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As channels' own, without its aclose_old_connections() before every message: that is
+        a trip to the one database thread per socket per event. Every database call here goes
+        through database_sync_to_async, which closes old connections itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -86,7 +112,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not contiguous:
             await self._catch_up()  # a dropped message: read the gap from the database
             return
-        html = await database_sync_to_async(self._render_events)(events)
+        # A hundred viewers of one run share one render: only the first goes to the database
+        # thread, the others find the fragment in the cache.
+        html = live.cache.peek(self._events_key(events))
+        if html is None:
+            html = await database_sync_to_async(self._render_events)(events)
         self.last_seq = events[-1]["seq"]
         await self.send(text_data=html)
 
@@ -114,24 +144,27 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return "", after, 0
         if rows:  # a reconnect may catch up on events a rewind has since abandoned
             stream.mark_abandoned(rows, checkpoints.abandoned_ranges(self.run_id))
-        html = render_run_push(self.run_id, rows, self.rights, side=True)
+        panels = ALL_PANELS if always_side else panels_for(rows)
+        html = render_run_push(self.run_id, rows, self.rights, panels=panels)
         return html, rows[-1].seq if rows else after, len(rows)
 
-    def _render_events(self, events: list[dict[str, Any]]) -> str:
-        key = ("run", self.run_id, events[0]["seq"], events[-1]["seq"], self.rights)
+    def _events_key(self, events: list[dict[str, Any]]) -> tuple:
+        return ("run", self.run_id, events[0]["seq"], events[-1]["seq"], self.rights)
 
+    def _render_events(self, events: list[dict[str, Any]]) -> str:
         def render() -> str:
             rows = stream.attach_approvals([stream.from_message(e) for e in events])
-            side = any(r.kind in SIDE_KINDS for r in rows)
-            return render_run_push(self.run_id, rows, self.rights, side=side)
+            return render_run_push(self.run_id, rows, self.rights, panels=panels_for(rows))
 
-        return live.cache.get_or_render(key, render)
+        return live.cache.get_or_render(self._events_key(events), render)
 
     # --- lists, inbox, header count ----------------------------------------------------------
     async def runs_changed(self, message: dict[str, Any]) -> None:
         runs = [r for r in message["runs"] if self.sees_all or r["owner"] == self.user.pk]
         if not runs:
             return
+        if self.mode in {"run", "page"} and not any(r["approvals"] for r in runs):
+            return  # these pages show only the approval count from this stream
         html = await database_sync_to_async(self._render_runs)(runs)
         if html:
             await self.send(text_data=html)
@@ -222,7 +255,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return "".join(parts)
 
 
-def render_run_push(run_id: int, rows: list[stream.Row], rights, *, side: bool) -> str:
+def render_run_push(
+    run_id: int, rows: list[stream.Row], rights, *, panels: tuple[str, ...] = ()
+) -> str:
     """The fragments a run page's socket sends for new events: the rows, the approval cards
     they decide, and (when they change them) the header, meters and side panels."""
     parts = []
@@ -241,11 +276,9 @@ def render_run_push(run_id: int, rows: list[stream.Row], rights, *, side: bool) 
                     {"approval": approval, "can_decide": rights.decide, "oob": True},
                 )
             )
-    if side:
-        from dashboard.views import detail_context
-
+    if panels:
         run = Run.objects.get(pk=run_id)
-        context = {**detail_context(None, run, rights=rights), "oob": True}
-        for name in ("run-header", "meters", "sessions", "checkpoints", "artifacts"):
+        context = {**views.detail_context(None, run, rights=rights, panels=panels), "oob": True}
+        for name in panels:
             parts.append(render_to_string(f"runs/detail.html#{name}", context))
     return "".join(parts)

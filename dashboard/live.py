@@ -213,7 +213,10 @@ class Pusher:
     async def _drain(self) -> None:
         layer = get_channel_layer()
         while True:
-            rows = await self.queue.get()
+            batches = [await self.queue.get()]
+            while not self.queue.empty():  # what piled up meanwhile goes out as one message
+                batches.append(self.queue.get_nowait())
+            rows = [row for batch in batches for row in batch]
             try:
                 await publish(layer, rows)
             except Exception:
@@ -222,7 +225,7 @@ class Pusher:
                 log.exception("pushing %d event(s) of run %s failed", len(rows), rows[0]["run_id"])
             finally:
                 with self.idle:
-                    self.pending -= 1
+                    self.pending -= len(batches)
                     self.idle.notify_all()
 
 
@@ -249,6 +252,10 @@ class RenderCache:
     def __init__(self, size: int = 512) -> None:
         self.size = size
         self.items: OrderedDict[Any, str] = OrderedDict()
+
+    def peek(self, key: Any) -> str | None:
+        """A rendered fragment, without rendering (safe from the event loop: no database)."""
+        return self.items.get(key)
 
     def get_or_render(self, key: Any, render) -> str:
         if key in self.items:

@@ -102,28 +102,57 @@ def meters(run: Run, sessions_used: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def detail_context(user, run: Run, *, rights: access.Rights | None = None) -> dict:
-    """Everything the run page's partials need except the events (the header, meters,
-    sessions, checkpoints and artifacts); four queries, whatever the run's history."""
-    sessions = list(Session.objects.filter(run=run).order_by("index"))
-    ranges = checkpoints.abandoned_ranges(run.pk)
-    return {
+# The run page's panels, as template partials; a socket re-renders only those an event changes.
+PANELS = ("run-header", "meters", "sessions", "checkpoints", "artifacts")
+# The side panels show this many of the newest items (all with ?all=1): a run with thousands of
+# sessions and checkpoints opens, and is pushed to, as fast as a new one.
+PANEL_ITEMS = 25
+
+
+def detail_context(
+    user,
+    run: Run,
+    *,
+    rights: access.Rights | None = None,
+    panels: tuple[str, ...] = PANELS,
+    everything: bool = False,
+) -> dict:
+    """What the run page's panels need (all, or those named), except the events; a handful of
+    queries whatever the run's history."""
+    limit = None if everything else PANEL_ITEMS
+    context: dict = {
         "run": run,
         "rights": rights or access.Rights.of(user, run),
-        "sessions": sessions,
-        "meters": meters(run, len(sessions)),
-        "checkpoints": timeline(run, ranges),
-        "abandoned_ranges": ranges,
-        "artifacts": list(Artifact.objects.filter(run=run).order_by("-seq", "-pk")),
+        "abandoned_ranges": checkpoints.abandoned_ranges(run.pk),
     }
+    if "meters" in panels or "sessions" in panels:
+        total = Session.objects.filter(run=run).count()
+        context["meters"] = meters(run, total)
+        if "sessions" in panels:
+            newest = Session.objects.filter(run=run).order_by("-index")
+            context["sessions"] = list(reversed(newest[:limit] if limit else newest))
+            context["sessions_hidden"] = total - len(context["sessions"])
+    if "checkpoints" in panels:
+        items, hidden = timeline(run, context["abandoned_ranges"], limit)
+        context.update({"checkpoints": items, "checkpoints_hidden": hidden})
+    if "artifacts" in panels:
+        artifacts = Artifact.objects.filter(run=run).order_by("-seq", "-pk")
+        context["artifacts"] = list(artifacts[: limit + 1] if limit else artifacts)
+        context["artifacts_hidden"] = 0
+        if limit and len(context["artifacts"]) > limit:
+            context["artifacts"] = context["artifacts"][:limit]
+            context["artifacts_hidden"] = Artifact.objects.filter(run=run).count() - limit
+    return context
 
 
-def timeline(run: Run, ranges: list[tuple[int, int]]) -> list[Checkpoint]:
-    """The run's checkpoints, newest first, each with what the timeline shows: the checkpoint
-    before it (for "diff with previous"), whether a rewind abandoned it, and its usage."""
-    items = list(
-        Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk")
-    )
+def timeline(
+    run: Run, ranges: list[tuple[int, int]], limit: int | None = None
+) -> tuple[list[Checkpoint], int]:
+    """The run's newest checkpoints (`limit` of them, or all), newest first, each with what the
+    timeline shows: the checkpoint before it (for "diff with previous"), whether a rewind
+    abandoned it, and its usage; and how many older ones are not shown."""
+    qs = Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk")
+    items = list(qs[: limit + 1] if limit else qs)
     for i, c in enumerate(items):
         c.previous = items[i + 1] if i + 1 < len(items) else None
         c.abandoned = stream.in_ranges(c.seq, ranges)
@@ -132,7 +161,9 @@ def timeline(run: Run, ranges: list[tuple[int, int]]) -> list[Checkpoint]:
         c.tokens = int(usage.get("total_tokens") or 0)
         c.cost = usage.get("cost_usd") or "0"
         c.turns = usage.get("turns") or 0
-    return items
+    if limit and len(items) > limit:
+        return items[:limit], Checkpoint.objects.filter(run=run).count() - limit
+    return items, 0
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -213,7 +244,7 @@ def _demo_script() -> dict:
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.get_run_for_user(request.user, run_id)
-    context = detail_context(request.user, run)
+    context = detail_context(request.user, run, everything=request.GET.get("all") == "1")
     rows = stream.mark_abandoned(stream.newest(run.pk), context["abandoned_ranges"])
     context.update(
         {
@@ -263,7 +294,7 @@ def _header_response(request, run: Run, *, error: str = "", notice: str = "") ->
             messages.success(request, notice)
         return redirect("run-detail", run_id=run.pk)
     run.refresh_from_db()
-    context = detail_context(request.user, run)
+    context = detail_context(request.user, run, panels=("run-header",))
     context.update({"error": error, "notice": notice})
     return render(request, "runs/detail.html#run-header", context)
 

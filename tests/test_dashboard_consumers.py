@@ -346,3 +346,25 @@ def test_on_postgresql_the_tail_also_finds_an_event_that_commits_after_a_later_o
     assert [(r["run_id"], r["payload"]["text"]) for r in late] == [(slow_run.pk, "late")]
     recent.update(r["pk"] for r in late)
     assert live._events_after(fast.pk, recent) == []  # and it is sent once
+
+
+def test_a_push_carries_only_the_panels_its_events_change(owner):
+    from agents import checkpoints as cps
+
+    run = make_run(created_by=owner)
+
+    async def go():
+        comm = WebsocketCommunicator(
+            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
+        )
+        assert (await comm.connect())[0]
+        await append(run.pk, "model.turn", {"text": "thinking", "content": [], "usage": {}})
+        turn = await receive_until(comm, lambda t: 'id="sessions"' in t)
+        assert 'id="meters"' in turn
+        assert 'id="checkpoints"' not in turn and 'id="artifacts"' not in turn
+        await database_sync_to_async(cps.create)(run.pk, kind="manual", label="now")
+        cp = await receive_until(comm, lambda t: 'id="checkpoints"' in t)
+        assert 'id="sessions"' not in cp and 'id="artifacts"' not in cp
+        await comm.disconnect()
+
+    async_to_sync(go)()

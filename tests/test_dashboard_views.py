@@ -604,3 +604,30 @@ def test_the_run_page_shows_regressions_and_tampering_prominently_and_verdicts_p
     ) in html
     assert "<script>alert(3)" not in html and "<b>logging</b>" not in html
     assert "{&#x27;" not in html  # no payload shown as a raw dict
+
+
+def test_a_run_with_many_sessions_and_checkpoints_shows_the_newest_and_all_on_request(owner):
+    from agents import checkpoints as cps
+    from agents.models import Checkpoint, Session
+    from dashboard.views import PANEL_ITEMS
+
+    run = make_run(created_by=owner)
+    Session.objects.bulk_create(Session(run=run, index=i) for i in range(1, PANEL_ITEMS + 6))
+    for i in range(PANEL_ITEMS + 3):
+        cps.create(run.pk, kind="manual", label=f"cp-{i}")
+    total_checkpoints = Checkpoint.objects.filter(run=run).count()
+    c = client_for(owner)
+    with CaptureQueriesContext(connection) as queries:
+        html = c.get(f"/runs/{run.pk}/").content.decode()
+    sessions = html.split('id="sessions"')[1].split("</section>")[0]
+    assert sessions.count("<b>Session ") == PANEL_ITEMS
+    assert f"<b>Session {PANEL_ITEMS + 5}</b>" in sessions and "<b>Session 1</b>" not in sessions
+    assert "5 earlier sessions not shown" in sessions and "?all=1#sessions" in sessions
+    timeline = html.split('id="checkpoints"')[1].split("</section>")[0]
+    assert timeline.count('<li id="checkpoint-') == PANEL_ITEMS
+    assert f"{total_checkpoints - PANEL_ITEMS} older checkpoints not shown" in timeline
+    assert f"cp-{PANEL_ITEMS + 2}" in timeline  # the newest
+    assert len(queries) < 25  # bounded, not one per item
+    everything = c.get(f"/runs/{run.pk}/?all=1").content.decode()
+    assert everything.count("<b>Session ") == PANEL_ITEMS + 5
+    assert "not shown" not in everything.split('id="checkpoints"')[1].split("</section>")[0]
