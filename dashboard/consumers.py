@@ -112,11 +112,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not contiguous:
             await self._catch_up()  # a dropped message: read the gap from the database
             return
-        # A hundred viewers of one run share one render: only the first goes to the database
-        # thread, the others find the fragment in the cache.
-        html = live.cache.peek(self._events_key(events))
-        if html is None:
-            html = await database_sync_to_async(self._render_events)(events)
+        # A hundred viewers of one run share one render and one trip to the database thread.
+        html = await live.cache.aget_or_render(
+            self._events_key(events), lambda: self._render_events(events)
+        )
         self.last_seq = events[-1]["seq"]
         await self.send(text_data=html)
 
@@ -152,11 +151,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return ("run", self.run_id, events[0]["seq"], events[-1]["seq"], self.rights)
 
     def _render_events(self, events: list[dict[str, Any]]) -> str:
-        def render() -> str:
-            rows = stream.attach_approvals([stream.from_message(e) for e in events])
-            return render_run_push(self.run_id, rows, self.rights, panels=panels_for(rows))
-
-        return live.cache.get_or_render(self._events_key(events), render)
+        rows = stream.attach_approvals([stream.from_message(e) for e in events])
+        return render_run_push(self.run_id, rows, self.rights, panels=panels_for(rows))
 
     # --- lists, inbox, header count ----------------------------------------------------------
     async def runs_changed(self, message: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from agents.models import Approval, ApprovalStatus, Run, RunStatus
+from dashboard import live
 
 
 def _allowed(request: HttpRequest) -> bool:
@@ -67,7 +68,8 @@ def readyz(request: HttpRequest) -> HttpResponse:
     try:
         from channels.layers import get_channel_layer
 
-        layer = get_channel_layer()
+        # The layer between processes when there is one (Redis), else this process's own.
+        layer = get_channel_layer(live.HUB if settings.SHIFTLOG["LIVE_PUSH"] else "default")
         channel = f"readyz.{uuid.uuid4().hex}"
         async_to_sync(layer.send)(channel, {"type": "ping"})
         async_to_sync(layer.receive)(channel)

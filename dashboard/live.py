@@ -7,10 +7,12 @@ order: writers are serialised) — and sends each batch to the channel-layer gro
 touches (`run-<pk>`) and to `runs` (lists, inboxes and every header's approval count). One poll
 per process, not per socket: a thousand sockets cost the database the same as one.
 
-With REDIS_URL the channel layer (channels-redis) reaches every process, so nobody tails: the
-process that commits events — a worker, or a web process recording a person's action — publishes
-them itself right after the commit (`push_committed`, connected in dashboard.apps). Several web
-processes then cost the database nothing, and an event reaches its pages in a few milliseconds.
+With REDIS_URL nobody tails: the process that commits events — a worker, or a web process
+recording a person's action — publishes them right after the commit (`push_committed`, connected
+in dashboard.apps) to the `hub` channel layer (channels-redis), once, to one group that each web
+process's listener has joined; the listener then fans them out to its own sockets through the
+in-memory `default` layer, exactly as the tailer does. So a commit costs Redis one message per web
+process, not one per socket, and several web processes cost the database nothing.
 
 Consumers never trust the tailer alone: every event carries its seq, and a consumer that sees a
 gap (a dropped message, a slow socket) reads the missing events from the database. So the tailer
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
 from collections import OrderedDict
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -39,8 +43,12 @@ from dashboard import stream
 
 log = logging.getLogger("dashboard.live")
 
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.02  # an idle poll costs microseconds (an index lookup)
 BATCH = 500
+HUB = "hub"  # the channel layer between processes (Redis), when there is one
+HUB_GROUP = "live-hub"
+HUB_REJOIN_SECONDS = 3600  # channels-redis forgets a group's members after a day
+FAN_OUT_MAX_WAIT = 0.05  # at most this long for the sockets to take a batch before the next
 LOOKBACK = 200  # PostgreSQL: ids this far behind the newest seen may still commit (see below)
 RUNS_GROUP = "runs"
 # Kinds that change what a runs list row, the header or the side panels show.
@@ -66,8 +74,6 @@ class Tailer:
     async def ensure_running(self) -> None:
         """Start tailing (once per process). Returns after the starting point is fixed, so a
         consumer that reads its catch-up from the database after this misses nothing."""
-        if settings.SHIFTLOG["LIVE_PUSH"]:
-            return  # the committing processes publish (push_committed): nothing to tail
         loop = asyncio.get_running_loop()
         if self.loop is not loop:  # a new event loop (tests run one each): start afresh
             self.loop, self.task, self.last_pk, self._starting = loop, None, None, None
@@ -78,6 +84,13 @@ class Tailer:
             self._starting = asyncio.Lock()
         async with self._starting:
             if self.task is not None and not self.task.done():
+                return
+            if settings.SHIFTLOG["LIVE_PUSH"]:
+                # Joined before this returns: whatever is committed from now on reaches us.
+                hub = get_channel_layer(HUB)
+                channel = await hub.new_channel()
+                await hub.group_add(HUB_GROUP, channel)
+                self.task = loop.create_task(self._listen(hub, channel))
                 return
             if self.last_pk is None:
                 self.last_pk = await database_sync_to_async(_max_pk)()
@@ -97,12 +110,76 @@ class Tailer:
                     await publish(layer, rows)
                     if len(rows) == BATCH:
                         continue  # more waiting: no sleep
+                    await self._let_sockets_catch_up(layer)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a locked or briefly unavailable database: try again
                 log.exception("tailing the event log failed; retrying")
                 await asyncio.sleep(1)
             await asyncio.sleep(POLL_SECONDS)
+
+    async def _let_sockets_catch_up(self, layer) -> None:
+        """Back-pressure: let the sockets take a batch before the next goes out, so a hundred
+        busy viewers get fewer, larger messages instead of falling behind."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FAN_OUT_MAX_WAIT
+        while backlog(layer) and loop.time() < deadline:
+            await asyncio.sleep(0.002)
+
+    async def _listen(self, hub, channel: str) -> None:
+        """Redis mode: what the committing processes publish to the hub, to our sockets.
+
+        Receiving and fanning out are two tasks joined by a queue: while the sockets are busy
+        with one batch, what arrives meanwhile piles up and goes out as one message, as the
+        tailer's batches do. When idle, an event goes out the moment it arrives.
+        """
+        arrived: asyncio.Queue = asyncio.Queue()
+        fan_out = asyncio.get_running_loop().create_task(self._fan_out(arrived))
+        loop_time = asyncio.get_running_loop().time
+        joined = loop_time()
+        try:
+            while True:
+                try:
+                    if loop_time() - joined > HUB_REJOIN_SECONDS:
+                        await hub.group_add(HUB_GROUP, channel)
+                        joined = loop_time()
+                    message = await hub.receive(channel)
+                    arrived.put_nowait(message["rows"])
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # Redis briefly away: pages catch up from the database
+                    log.exception("listening to the live hub failed; retrying")
+                    await asyncio.sleep(1)
+        finally:
+            fan_out.cancel()
+            with contextlib.suppress(Exception):
+                await hub.group_discard(HUB_GROUP, channel)
+
+    async def _fan_out(self, arrived: asyncio.Queue) -> None:
+        layer = get_channel_layer()
+        while True:
+            rows = list(await arrived.get())
+            while not arrived.empty():
+                rows += arrived.get_nowait()
+            try:
+                await publish(layer, [from_hub(row) for row in rows])
+            except Exception:
+                log.exception("fanning out %d event(s) failed", len(rows))
+            await self._let_sockets_catch_up(layer)
+
+
+def backlog(layer) -> int:
+    """Messages this process's sockets have not taken yet (the in-memory layer's queues)."""
+    queues = getattr(layer, "channels", None)
+    return sum(q.qsize() for q in queues.values()) if isinstance(queues, dict) else 0
+
+
+def to_hub(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "created_at": row["created_at"].timestamp()}  # msgpack has no datetimes
+
+
+def from_hub(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "created_at": datetime.fromtimestamp(row["created_at"], tz=UTC)}
 
 
 def _max_pk() -> int:
@@ -211,18 +288,18 @@ class Pusher:
             atexit.register(self.flush)
 
     async def _drain(self) -> None:
-        layer = get_channel_layer()
+        hub = get_channel_layer(HUB)
         while True:
             batches = [await self.queue.get()]
             while not self.queue.empty():  # what piled up meanwhile goes out as one message
                 batches.append(self.queue.get_nowait())
             rows = [row for batch in batches for row in batch]
             try:
-                await publish(layer, rows)
+                await hub.group_send(HUB_GROUP, {"type": "hub.rows", "rows": rows})
             except Exception:
                 # The events are committed; a page that missed them reads them from the
                 # database at the next event it gets, or when it reconnects.
-                log.exception("pushing %d event(s) of run %s failed", len(rows), rows[0]["run_id"])
+                log.exception("pushing %d event(s) failed", len(rows))
             finally:
                 with self.idle:
                     self.pending -= len(batches)
@@ -236,10 +313,12 @@ def push_committed(sender, events: list[Event], **kwargs) -> None:
     """eventlog.events_committed → the channel layer, from the process that committed them."""
     pusher.push(
         [
-            {
-                **{f: getattr(e, f) for f in stream.EVENT_FIELDS},
-                "run__created_by_id": _owner(e.run_id),
-            }
+            to_hub(
+                {
+                    **{f: getattr(e, f) for f in stream.EVENT_FIELDS},
+                    "run__created_by_id": _owner(e.run_id),
+                }
+            )
             for e in events
         ]
     )
@@ -252,10 +331,29 @@ class RenderCache:
     def __init__(self, size: int = 512) -> None:
         self.size = size
         self.items: OrderedDict[Any, str] = OrderedDict()
+        self.rendering: dict[Any, asyncio.Future] = {}
 
-    def peek(self, key: Any) -> str | None:
-        """A rendered fragment, without rendering (safe from the event loop: no database)."""
-        return self.items.get(key)
+    async def aget_or_render(self, key: Any, render) -> str:
+        """From a consumer: the cached fragment, or one render in the database thread that the
+        sockets asking for the same key meanwhile all wait for (a trip each would queue a
+        hundred trips behind one another on that one thread)."""
+        if key in self.items:
+            return self.items[key]
+        pending = self.rendering.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        pending = self.rendering[key] = asyncio.get_running_loop().create_future()
+        try:
+            html = await database_sync_to_async(self.get_or_render)(key, render)
+        except BaseException as e:
+            pending.set_exception(e)
+            pending.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        else:
+            pending.set_result(html)
+            return html
+        finally:
+            del self.rendering[key]
 
     def get_or_render(self, key: Any, render) -> str:
         if key in self.items:

@@ -155,10 +155,13 @@ if REDIS_URL:
         "immediate": HUEY_IMMEDIATE,
     }
     CHANNEL_LAYERS = {
-        "default": {
+        # Each web process's own sockets: the hub listener fans out to them (dashboard.live).
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer"},
+        # Between processes: committed events, published once per commit to every web process.
+        "hub": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL]},
-        }
+        },
     }
 else:
     HUEY = {

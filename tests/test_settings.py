@@ -58,7 +58,7 @@ def test_database_url_and_redis_url_switch_database_queue_channel_layer_and_live
     code = (
         "import json, django; django.setup(); from django.conf import settings as s; "
         "print(json.dumps([s.DATABASES['default']['ENGINE'], s.DATABASES['default']['NAME'], "
-        "s.HUEY['huey_class'], s.HUEY['url'], s.CHANNEL_LAYERS['default']['BACKEND'], "
+        "s.HUEY['huey_class'], s.HUEY['url'], s.CHANNEL_LAYERS['default']['BACKEND'], s.CHANNEL_LAYERS['hub']['BACKEND'], "
         "s.SHIFTLOG['LIVE_PUSH']]))"
     )
     env = {
@@ -77,7 +77,8 @@ def test_database_url_and_redis_url_switch_database_queue_channel_layer_and_live
         "shiftlog",
         "agents.queue.RedisHuey",
         "redis://cache.example:6380/2",
-        "channels_redis.core.RedisChannelLayer",
+        "channels.layers.InMemoryChannelLayer",  # this process's sockets
+        "channels_redis.core.RedisChannelLayer",  # between processes
         True,
     ]
 
