@@ -87,6 +87,25 @@ def live_filter(run_id: int) -> Q:
     return q
 
 
+def _latest_checks(run: Run) -> dict[str, dict[str, Any]]:
+    """Each check's latest result on the live branch: the ratchet's reading at a checkpoint."""
+    latest: dict[str, dict[str, Any]] = {}
+    rows = (
+        Event.objects.filter(run_id=run.pk, kind=EventKind.CHECK_RESULT)
+        .filter(live_filter(run.pk))
+        .order_by("seq")
+        .values_list("seq", "payload")
+    )
+    for seq, payload in rows:
+        latest[payload["command"]] = {
+            "passed": payload["passed"],
+            "exit_code": payload.get("exit_code"),
+            "seq": seq,
+            "at": payload.get("at", "finish"),
+        }
+    return latest
+
+
 def _provider_meta(run: Run) -> dict[str, Any]:
     turn = (
         Event.objects.filter(run_id=run.pk, kind=EventKind.MODEL_TURN)
@@ -138,7 +157,7 @@ def create(
             bytes_total=result.bytes_total,
             bytes_added=result.bytes_added,
             handoff=_latest_handoff(run),
-            state={"provider_meta": _provider_meta(run)},
+            state={"provider_meta": _provider_meta(run), "checks": _latest_checks(run)},
             usage={
                 "turns": run.turns,
                 "total_tokens": run.total_tokens,

@@ -161,6 +161,8 @@ def timeline(
         c.tokens = int(usage.get("total_tokens") or 0)
         c.cost = usage.get("cost_usd") or "0"
         c.turns = usage.get("turns") or 0
+        c.checks = (c.state or {}).get("checks") or {}
+        c.checks_passing = sum(1 for r in c.checks.values() if r.get("passed"))
     if limit and len(items) > limit:
         return items[:limit], Checkpoint.objects.filter(run=run).count() - limit
     return items, 0

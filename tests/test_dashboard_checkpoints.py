@@ -67,6 +67,9 @@ def test_the_timeline_shows_each_checkpoint_with_its_usage_and_actions(owner, wa
     assert f"?a={start.pk}&amp;b={end.pk}" in section  # diff with previous
     assert f"{end.usage['total_tokens']} tokens" in section and "2 files" in section
     assert "Checkpoint now</button>" in section and 'badge head">head' in section
+    # Session 1 ended with its tests failing: the ratchet's reading at that checkpoint.
+    end_item = section.split(f'id="checkpoint-{end.pk}"')[1].split("</li>")[0]
+    assert 'class="bad"' in end_item and "checks 0/1" in end_item
     assert 'id="checkpoint-action"' in html  # where the confirm panels open, outside the push
 
 

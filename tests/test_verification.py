@@ -141,6 +141,16 @@ def test_a_check_that_passed_and_then_fails_is_a_regression(tmp_path):
         ("finish", False),
         ("finish", True),
     ]
+    # Each checkpoint keeps the checks' reading at that point: the ratchet's memory.
+    cps = {c["kind"]: c for c in json.loads(out.getvalue())["checkpoints"]}
+    assert cps["run_start"]["checks"] == {}
+    ends = [c for c in json.loads(out.getvalue())["checkpoints"] if c["kind"] == "session_end"]
+    first, last = (
+        ends[0]["checks"]["python3 -m unittest -q"],
+        ends[-1]["checks"]["python3 -m unittest -q"],
+    )
+    assert (first["at"], first["passed"]) == ("session_end", True)
+    assert (last["at"], last["passed"]) == ("finish", True) and last["seq"] > first["seq"]
 
 
 def test_a_judge_that_rejects_sends_its_reasons_back_and_the_run_goes_on(db):

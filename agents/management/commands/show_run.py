@@ -75,7 +75,13 @@ def run_summary(run) -> dict:
             e.payload for e in run.events.filter(kind="check.regressed").order_by("seq")
         ],
         "checkpoints": [
-            {"id": c.pk, "seq": c.seq, "kind": c.kind, "label": c.label}
+            {
+                "id": c.pk,
+                "seq": c.seq,
+                "kind": c.kind,
+                "label": c.label,
+                "checks": (c.state or {}).get("checks", {}),
+            }
             for c in run.checkpoints.order_by("seq")
         ],
         "pending_approvals": [
