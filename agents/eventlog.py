@@ -288,6 +288,31 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
         return (
             "tool policy changed" if "tool_policy" in p else f"budgets raised: {p.get('budgets')}"
         )
+    if kind == "checkpoint.created":
+        label = f": {_short(p['label'], 60)}" if p.get("label") else ""
+        return (
+            f"checkpoint {p.get('checkpoint_id')} ({p.get('kind')}){label}, {p.get('files')} "
+            f"files, +{p.get('bytes_added', 0)} bytes"
+        )
+    if kind == "run.rewound":
+        note = f"; note: {_short(p['note'], 60)}" if p.get("note") else ""
+        return (
+            f"rewound to checkpoint {p.get('checkpoint_id')} (#{p.get('to_seq')}): events "
+            f"#{(p.get('to_seq') or 0) + 1}-#{p.get('from_seq')} abandoned ({p.get('events')} "
+            f"events, {p.get('tokens')} tokens, ${p.get('cost_usd')}){note}"
+        )
+    if kind == "run.forked":
+        return f"forked from checkpoint {p.get('checkpoint_id')} into run {p.get('fork_run_id')}"
+    if kind == "acceptance.updated":
+        changed = ", ".join(str(c) for c in p.get("changed") or [])
+        return f"acceptance {p.get('passing')}/{p.get('total')} passing" + (
+            f" (changed: {_short(changed, 80)})" if changed else ""
+        )
+    if kind == "notification.failed":
+        return (
+            f"webhook {p.get('event')} to {p.get('url')} failed after {p.get('attempts')} "
+            f"attempt(s): {_short(p.get('error', ''), 80)}"
+        )
     if kind == "artifact.saved":
         return f"{p.get('name')} ({p.get('kind')}, {p.get('size')} bytes)"
     return _short(p)

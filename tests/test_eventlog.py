@@ -97,3 +97,35 @@ def test_secrets_are_redacted_from_payloads(run, settings):
 def test_unknown_counters_are_refused(run):
     with pytest.raises(ValueError, match="not a run counter"):
         eventlog.append_many(run.pk, [NewEvent("human.note")], increments={"last_seq": 5})
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "expected"),
+    [
+        (
+            "checkpoint.created",
+            {"checkpoint_id": 3, "kind": "manual", "label": "before refactor", "files": 12,
+             "bytes_added": 420},
+            "checkpoint 3 (manual): before refactor, 12 files, +420 bytes",
+        ),
+        (
+            "run.rewound",
+            {"checkpoint_id": 2, "to_seq": 28, "from_seq": 45, "events": 17, "tokens": 7091,
+             "cost_usd": "0.0100", "note": "go carefully"},
+            "rewound to checkpoint 2 (#28): events #29-#45 abandoned (17 events, 7091 tokens, "
+            "$0.0100); note: go carefully",
+        ),
+        ("run.forked", {"checkpoint_id": 2, "fork_run_id": 9},
+         "forked from checkpoint 2 into run 9"),
+        ("acceptance.updated", {"changed": ["login works"], "passing": 1, "total": 3},
+         "acceptance 1/3 passing (changed: login works)"),
+        ("notification.failed",
+         {"url": "http://hooks.example/x", "event": "run.paused", "attempts": 5,
+          "error": "HTTP 500"},
+         "webhook run.paused to http://hooks.example/x failed after 5 attempt(s): HTTP 500"),
+    ],
+)  # fmt: skip
+def test_every_kind_reads_as_one_plain_line(kind, payload, expected):
+    from agents.eventlog import describe
+
+    assert describe(kind, payload) == expected
