@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -72,3 +74,20 @@ def demo_to_success(user) -> Run:
     assert run.status == "awaiting_approval", run.status_reason
     approve_pending(run, user)
     return drive_until_idle(run)
+
+
+if os.environ.get("DATABASE_URL"):  # the PostgreSQL pass (tests/services.py)
+
+    @pytest.fixture(scope="session", autouse=True)
+    def _no_stray_database_sessions(django_db_setup, django_db_blocker):
+        """A worker the tests killed may still hold a connection for a moment (the server
+        notices a dead client later): end such sessions before the test database is dropped,
+        so teardown never finds it "being accessed by other users"."""
+        yield
+        from django.db import connection
+
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
