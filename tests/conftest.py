@@ -52,6 +52,19 @@ def kinds(run: Run) -> list[str]:
 
 
 @pytest.fixture
+def procs(transactional_db, tmp_path):
+    """Real processes (workers, commands) on the test's database; all dead at the end.
+
+    Depends on transactional_db so it is torn down first: every process is dead before the
+    database is flushed under it."""
+    from tests.procs import Procs
+
+    started = Procs(tmp_path)
+    yield started
+    started.close()
+
+
+@pytest.fixture
 def decider(db):
     from django.contrib.auth.models import Permission
 

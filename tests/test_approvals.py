@@ -22,7 +22,7 @@ from agents.approvals import ApprovalError, NotAllowed, decide
 from agents.models import Approval, Event, Run, RunStatus
 from agents.runtime.loop import drive
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
-from tests.procs import Procs, dump_events, wait_for
+from tests.procs import dump_events, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -612,14 +612,6 @@ def test_a_failed_webhook_attempt_schedules_the_next_after_a_doubling_backoff_wi
         }
     finally:
         receiver.close()
-
-
-@pytest.fixture
-def procs(transactional_db, tmp_path):
-    # Torn down before the database: every process is dead before it is flushed under it.
-    started = Procs(tmp_path)
-    yield started
-    started.close()
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from agents.models import Artifact, Checkpoint, Event, Run, RunStatus
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
 from tests.fake_anthropic import FakeAnthropic
-from tests.procs import Procs, dump_events, wait_for
+from tests.procs import dump_events, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -431,13 +431,6 @@ def test_a_rewind_records_the_tokens_dollars_and_artifacts_it_discards(fake_api)
 
 
 # --- rewinding a run a real worker is driving --------------------------------------------------
-@pytest.fixture
-def procs(transactional_db, tmp_path):
-    # Depends on transactional_db so it is torn down first: every process is dead before the
-    # database is flushed under it.
-    started = Procs(tmp_path)
-    yield started
-    started.close()
 
 
 SLOW_STEP = "echo start >> slow.log; sleep 3; echo end >> slow.log"

@@ -213,17 +213,6 @@ def test_tail_run_describes_verification_events_in_words(owner):
     assert "judge accepted, 1 of 1 criteria met: ✔ documented: ok" in lines[3]
 
 
-@pytest.fixture
-def procs(transactional_db, tmp_path):
-    from tests.procs import Procs
-
-    # Depends on transactional_db so it is torn down first: every process is dead before the
-    # database is flushed under it.
-    started = Procs(tmp_path)
-    yield started
-    started.close()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)

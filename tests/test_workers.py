@@ -28,15 +28,6 @@ from tests.procs import Procs, alive, dump_events, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-@pytest.fixture
-def procs(transactional_db, tmp_path):
-    # Depends on transactional_db so it is torn down first: every process is dead before the
-    # database is flushed under it.
-    started = Procs(tmp_path)
-    yield started
-    started.close()
-
-
 # --- helpers --------------------------------------------------------------------------------
 def bash(command: str) -> dict:
     return {"text": f"Running {command[:40]}", "tool_calls": [call("bash", command=command)]}

@@ -143,21 +143,37 @@ def serve_env(tmp_path, **extra) -> dict[str, str]:
     return env
 
 
-def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
-    pages, eve, tmp_path, shots
-):
+@contextlib.contextmanager
+def serving(tmp_path, **env):
+    """A real `manage.py serve` (daphne, a huey consumer, the reaper) on the test's database;
+    yields its base URL and stops it the way Ctrl-C does."""
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"],
-        env=serve_env(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0.25"),
+        env=serve_env(tmp_path, **env),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
+        base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/accounts/login/")
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
+    pages, eve, tmp_path, shots
+):
+    with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0.25") as base:
         page = pages()
         log_in(page, base)
         run_id = start_demo(page, base)
@@ -199,14 +215,6 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         page.screenshot(path=str(shots / "artifact.png"))
         page.goto(f"{base}/runs/new/?demo=1")
         page.screenshot(path=str(shots / "new-run.png"), full_page=True)
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
@@ -215,19 +223,8 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
     """Approve the risky step, pause, and rewind to session 1's checkpoint from the timeline: the
     confirm panel says what goes, the old branch is marked, the replay arrives live, and the
     replayed risky step waits for a person again."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "serve.log").open("w")
     # Slow enough turns that a person can pause the run after the approval.
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"],
-        env=serve_env(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="3"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        wait_http(f"{base}/accounts/login/")
+    with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="3") as base:
         page = pages()
         log_in(page, base)
         run_id = start_demo(page, base)
@@ -285,14 +282,6 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
         page.wait_for_selector(".file-diff pre.diff .add")
         assert "textstats.py" in page.inner_text("#diff-summary")
         page.screenshot(path=str(shots / "checkpoint-diff.png"), full_page=True)
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_path, shots):
