@@ -24,15 +24,19 @@ Paths handed out (Entry.path, Change.path) are "/"-joined and decoded as UTF-8 w
 surrogateescape, so `path.encode("utf-8", "surrogateescape")` gives the exact bytes back;
 `display()` makes one printable. Methods taking a path accept that str or the raw bytes.
 
-Speed. Only files whose (size, mtime_ns, ctime_ns, inode) differ from the StatCache are read;
-unchanged directories produce the same tree digest, which is already stored, so nothing is written
-for them. A file is only cached once its timestamps are older than the filesystem's clock at the
-start of the checkpoint (read from a probe file on the same filesystem, or the wall clock minus
-2 s when there is none): a file modified again within the same timestamp tick after being read
-would otherwise look unchanged ("racy git"). Such files are simply read again next time.
-Within one process, a cache file this process saved last is not parsed again: the cache object
-is reused, with each folder's entries and digest from the last scan, so folders whose entries are
-all unchanged are not serialised and hashed again either.
+Speed. A checkpoint costs one stat per entry. The stat cache keeps, per folder, the names and
+stats (mode, size, mtime_ns, ctime_ns, inode) of its entries as os.scandir listed them, their
+digests and the folder's tree digest. A folder whose names and stats all equal its record, and
+whose sub-folders' digests are unchanged, reuses that record and tree digest with no other work
+per entry; in a changed folder only files whose stat differs are read. Folders are opened by
+descriptor, so each stat resolves one name. A value is only trusted once its timestamps are
+older than the filesystem's clock at the start of the checkpoint that recorded it (read from a
+probe file on the same filesystem, or the wall clock minus 2 s when there is none): a file
+modified again within the same timestamp tick after being read would otherwise look unchanged
+("racy git"). Such entries are simply read again next time. The cache file is a log: a
+checkpoint appends one line per folder that changed, and nothing when none did (see StatCache).
+Within one process, a cache file this process wrote last is not parsed again. Only trees that
+are not stored yet are checked and written, top down: a stored tree implies its subtree is.
 
 Crash safety. Blobs are written atomically (temp file, fsync, rename). Within a checkpoint every
 file blob is written first, then the store's directories are fsynced, then the tree blobs,
@@ -59,9 +63,11 @@ import contextlib
 import difflib
 import errno
 import hashlib
+import itertools
 import json
 import os
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -81,12 +87,16 @@ _CHUNK = 1 << 20
 # Below this many files to read, a thread pool costs more than it saves.
 _PARALLEL_MIN_FILES = 64
 
-# Cache file -> (its stat when this process last wrote it, the cache). Reusing the object skips
-# parsing the file again and keeps its in-memory folder digests; the stat tells when another
-# process has replaced the file since. Process-wide, so short-lived Snapshots objects share it.
-_CACHES: dict[Path, tuple[tuple[int, int, int], StatCache]] = {}
+# Cache file -> the cache this process last read or wrote there. Reusing the object skips parsing
+# the file again; its record of the file's stat tells when another process has written the file
+# since. Process-wide, so short-lived Snapshots objects share it.
+_CACHES: dict[Path, StatCache] = {}
 _CACHES_MAX = 16  # workspaces remembered; a long-lived worker serves many runs
 _CACHES_LOCK = threading.Lock()
+_VAL_TYPES = {str, type(None)}
+_FS_UTF8 = (
+    sys.getfilesystemencoding() == "utf-8" and sys.getfilesystemencodeerrors() == "surrogateescape"
+)
 
 
 class SnapshotError(Exception):
@@ -213,57 +223,215 @@ class PruneResult:
 # -- stat cache --------------------------------------------------------------------------------
 
 
-class StatCache:
-    """What is known about the files of one workspace, so unchanged files are not read again.
+class _Rec:
+    """One folder as a scan saw it: enough to tell, from one stat per entry, that it is unchanged.
 
-    `dirs` maps a folder (its encoded names joined by "/", "" for the top) to
-    {encoded name: [size, mtime_ns, ctime_ns, inode, digest]}. Only entries recorded safely (see
-    the module docstring on racy timestamps) are put here, so a matching stat means the content
-    is the one hashed; a lost or stale cache only costs re-reading files. `trees` (kept in memory,
-    never saved) remembers each folder's entries and tree digest from the last scan, so a folder
-    whose entries are all unchanged is not serialised and hashed again.
+    Parallel lists in the order os.scandir gave the entries: `names` (as scandir returns them for
+    a folder opened by descriptor), `keys` (encoded names), `sig` ((st_mode, st_size, st_mtime_ns,
+    st_ctime_ns, st_ino) per entry) and `vals` (a file's content digest, a link's encoded target,
+    a sub-folder's tree digest; None for an entry left out of the tree). `stale` lists the entries
+    whose value must not be trusted next time (racy timestamps, files that changed while read,
+    special files, entries that vanished). `tree` is the folder's tree digest and `totals` the
+    (files, bytes, dirs, links) of its whole subtree, which the digest determines.
     """
 
-    VERSION = 2
+    __slots__ = ("_entries", "keys", "names", "sig", "stale", "subdirs", "totals", "tree", "vals")
 
-    def __init__(self, dirs: dict[str, dict[str, list[Any]]] | None = None):
-        self.dirs: dict[str, dict[str, list[Any]]] = dirs if dirs is not None else {}
-        self.trees: dict[str, tuple[dict[str, Any], str]] = {}
+    def __init__(
+        self,
+        names: list[str],
+        keys: list[str],
+        sig: list[tuple[int, int, int, int, int]],
+        vals: list[str | None],
+        stale: tuple[int, ...],
+        tree: str,
+        totals: tuple[int, int, int, int],
+        entries: dict[str, Any] | None = None,
+    ):
+        self.names = names
+        self.keys = keys
+        self.sig = sig
+        self.vals = vals
+        self.stale = stale
+        self.tree = tree
+        self.totals = totals
+        self._entries = entries
+        self.subdirs = [i for i, s in enumerate(sig) if stat.S_ISDIR(s[0]) and vals[i] is not None]
+
+    @property
+    def entries(self) -> dict[str, Any]:
+        """The folder's tree object ({encoded name: entry})."""
+        if self._entries is None:
+            self._entries = _entries_of(self.keys, self.sig, self.vals)
+        return self._entries
+
+    def with_stale(self, indexes: Iterable[int]) -> _Rec:
+        stale = tuple(sorted(set(self.stale).union(indexes)))
+        return _Rec(
+            self.names, self.keys, self.sig, self.vals, stale, self.tree, self.totals, self._entries
+        )
+
+    def to_line(self, dkey: str) -> str:
+        return json.dumps(
+            [dkey, self.tree, self.totals, self.stale, self.keys, self.sig, self.vals],
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> _Rec:
+        """A record from its cache line (raises ValueError/TypeError when it is malformed)."""
+        _, tree, totals, stale, keys, sig, vals = data
+        n = len(keys)
+        # Checked with C-speed set operations: loading a 10,000-file cache should cost little.
+        if not (
+            isinstance(tree, str)
+            and len(sig) == n == len(vals)
+            and set(map(type, keys)) <= {str}
+            and set(map(type, vals)) <= _VAL_TYPES
+            and set(map(len, sig)) <= {5}
+            and set(map(type, itertools.chain(totals, stale, *sig))) <= {int}
+            and len(totals) == 4
+            and all(0 <= i < n for i in stale)
+        ):
+            raise ValueError("bad stat cache record")
+        if _FS_UTF8:
+            # A name that is valid UTF-8 is its own key, and scandir gives it back as that str.
+            names = [
+                k if not k.startswith(B64_PREFIX) else os.fsdecode(decode_name(k)) for k in keys
+            ]
+        else:
+            names = [os.fsdecode(decode_name(k)) for k in keys]
+        return cls(names, keys, list(map(tuple, sig)), vals, tuple(stale), tree, tuple(totals))
+
+
+def _entries_of(keys: list[str], sig: list[tuple], vals: list[str | None]) -> dict[str, Any]:
+    entries: dict[str, Any] = {}
+    for key, s, val in zip(keys, sig, vals, strict=True):
+        if val is None:
+            continue
+        fmt = stat.S_IFMT(s[0])
+        if fmt == stat.S_IFREG:
+            entries[key] = {"t": "f", "h": val, "m": s[0] & 0o7777, "s": s[1]}
+        elif fmt == stat.S_IFDIR:
+            entries[key] = {"t": "d", "h": val, "m": s[0] & 0o7777}
+        elif fmt == stat.S_IFLNK:
+            entries[key] = {"t": "l", "target": val}
+    return entries
+
+
+class StatCache:
+    """What is known about the folders of one workspace, so unchanged ones cost only their stats.
+
+    `dirs` maps a folder (its encoded names joined by "/", "" for the top) to a _Rec: per entry
+    its stat (mode, size, mtime_ns, ctime_ns, inode) and its digest (or link target, or sub-folder
+    tree), plus the folder's own tree digest. Values are trusted only when recorded safely (see
+    the module docstring on racy timestamps), so a matching stat means the content is the one
+    hashed; a lost or stale cache only costs re-reading files.
+
+    On disk it is a log of JSON lines: a header, then one line per folder ([key, tree, totals,
+    stale, keys, sigs, values], or [key, null] for a folder that is gone), later lines replacing
+    earlier ones. A checkpoint appends the lines of the folders that changed (nothing at all when
+    none did); the whole file is rewritten (temp file + rename) when the log has grown to about
+    twice its live size, or when the file is not the one this object last read or wrote.
+    """
+
+    VERSION = 3
+    HEADER = '{"shiftlog-stat-cache":3}'
+
+    def __init__(self, dirs: dict[str, _Rec] | None = None):
+        self.dirs: dict[str, _Rec] = dirs if dirs is not None else {}
+        # What the file on disk holds, when it is exactly what this object read or wrote last:
+        # (path, (st_ino, st_size, st_mtime_ns)) and the records it holds; else None.
+        self._disk: tuple[Path, tuple[int, int, int]] | None = None
+        self._synced: dict[str, _Rec] = {}
+        self._log_lines = 0  # lines in the file beyond one per folder
+
+    def _find(self, path: str | bytes) -> tuple[_Rec | None, int]:
+        folder, name = _cache_key(_to_bytes(path))
+        rec = self.dirs.get(folder)
+        if rec is None or name not in rec.keys:
+            return None, -1
+        return rec, rec.keys.index(name)
 
     def get(self, path: str | bytes) -> list[Any] | None:
-        """The entry for a workspace-relative path, if any (for inspection and tests)."""
-        folder, name = _cache_key(_to_bytes(path))
-        return self.dirs.get(folder, {}).get(name)
+        """[size, mtime_ns, ctime_ns, inode, digest] of a trusted file entry, if any (for tests)."""
+        rec, i = self._find(path)
+        if rec is None or i in rec.stale or not stat.S_ISREG(rec.sig[i][0]):
+            return None
+        _, size, mtime, ctime, ino = rec.sig[i]
+        return [size, mtime, ctime, ino, rec.vals[i]]
 
     def discard(self, path: str | bytes) -> None:
-        folder, name = _cache_key(_to_bytes(path))
-        self.dirs.get(folder, {}).pop(name, None)
+        rec, i = self._find(path)
+        if rec is not None:
+            self.dirs[_cache_key(_to_bytes(path))[0]] = rec.with_stale([i])
 
     def __len__(self) -> int:
-        return sum(len(files) for files in self.dirs.values())
+        """Trusted file entries."""
+        return sum(
+            1
+            for rec in self.dirs.values()
+            for i, s in enumerate(rec.sig)
+            if stat.S_ISREG(s[0]) and i not in rec.stale
+        )
 
     def to_json(self) -> str:
-        return json.dumps({"version": self.VERSION, "dirs": self.dirs}, separators=(",", ":"))
+        lines = [self.HEADER] + [rec.to_line(k) for k, rec in self.dirs.items()]
+        return "\n".join(lines) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> StatCache:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return cls()
-        if not isinstance(data, dict) or data.get("version") != cls.VERSION:
-            return cls()
-        dirs = data.get("dirs")
-        return cls(dirs if isinstance(dirs, dict) else {})
+        return cls._parse(text)[0]
+
+    @classmethod
+    def _parse(cls, text: str) -> tuple[StatCache, bool]:
+        """(cache, whether every line was read cleanly: if not, rewrite it before appending)."""
+        lines = text.split("\n")
+        if lines[0] != cls.HEADER:
+            return cls(), False
+        clean = lines[-1] == ""  # ends with a newline: no torn last line
+        lines = [line for line in lines[1:] if line]
+        parsed = []
+        for line in lines:
+            try:
+                parsed.append(json.loads(line))
+            except ValueError:  # a torn or damaged line costs only its folder
+                clean = False
+        last: dict[str, list[Any] | None] = {}
+        for data in parsed:
+            if isinstance(data, list) and data and isinstance(data[0], str) and len(data) in (2, 7):
+                last[data[0]] = data if len(data) == 7 else None
+            else:
+                clean = False
+        dirs: dict[str, _Rec] = {}
+        for key, data in last.items():
+            if data is None:
+                continue
+            try:
+                dirs[key] = _Rec.from_json(data)
+            except (ValueError, TypeError):
+                clean = False
+        cache = cls(dirs)
+        cache._log_lines = len(lines) - len(dirs)
+        return cache, clean
 
     @classmethod
     def load(cls, path: Path) -> StatCache:
+        path = Path(path)
         try:
-            return cls.from_json(Path(path).read_text())
+            with open(path, "rb") as f:
+                data = f.read()
+                st = os.fstat(f.fileno())
+            cache, clean = cls._parse(data.decode("utf-8"))
         except (OSError, UnicodeDecodeError):
             return cls()
+        if clean and st.st_size == len(data):
+            cache._disk = (path, (st.st_ino, st.st_size, st.st_mtime_ns))
+            cache._synced = dict(cache.dirs)
+        return cache
 
     def save(self, path: Path) -> None:
+        """Write the whole cache (temp file + rename)."""
         # No fsync: after a power cut an old or empty cache is still correct, just slower.
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -271,10 +439,57 @@ class StatCache:
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(self.to_json())
+                f.flush()
+                st = os.fstat(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self._disk = (path, (st.st_ino, st.st_size, st.st_mtime_ns))
+        self._synced = dict(self.dirs)
+        self._log_lines = 0
+
+    def sync_to(self, path: Path) -> None:
+        """Make the file at `path` hold this cache: append the folders that changed since it was
+        last read or written by this object, or rewrite it when that is not possible or the log
+        has grown long. Writes nothing when no folder changed."""
+        path = Path(path)
+        disk, synced = self._disk, self._synced
+        if disk is None or disk[0] != path or self._log_lines > max(64, len(self.dirs)):
+            self.save(path)
+            return
+        dirs = self.dirs
+        lines = [rec.to_line(k) for k, rec in dirs.items() if synced.get(k) is not rec]
+        lines += [json.dumps([k, None]) for k in synced.keys() - dirs.keys()]
+        if not lines:
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self.save(path)
+            return
+        try:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != disk[1]:
+                # Another process has written it since: start again from this object's view.
+                os.close(fd)
+                fd = -1
+                self.save(path)
+                return
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            st = os.fstat(fd)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        self._disk = (path, (st.st_ino, st.st_size, st.st_mtime_ns))
+        self._synced = dict(dirs)
+        self._log_lines += len(lines)
+
+    def disk_stat(self) -> tuple[int, int, int] | None:
+        return self._disk[1] if self._disk is not None else None
 
 
 def _cache_key(rel: bytes) -> tuple[str, str]:
@@ -285,39 +500,73 @@ def _cache_key(rel: bytes) -> tuple[str, str]:
 
 # -- scanning a workspace ----------------------------------------------------------------------
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
 
 class _Dir:
-    __slots__ = ("entries", "entry", "hits", "key", "path", "subdirs")
+    """A folder during a scan. `fast`: its names and stats equal its cached record `old`, so
+    (once its sub-folders' digests are known to be unchanged too) that record is reused as is."""
 
-    def __init__(self, path: bytes, key: str):
+    __slots__ = (
+        "children",
+        "data",
+        "fast",
+        "fresh",
+        "key",
+        "keys",
+        "names",
+        "old",
+        "path",
+        "rec",
+        "sig",
+        "stale",
+        "vals",
+    )
+
+    def __init__(self, path: bytes, key: str, old: _Rec | None):
         self.path = path
         self.key = key  # the folder's key in the StatCache
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.entry: dict[str, Any] | None = None  # this folder's entry in its parent
-        self.subdirs: list[_Dir] = []
-        self.hits: list[tuple[str, bytes]] = []  # (key, name) of files digested from the cache
+        self.old = old
+        self.fast = False
+        self.names: list[str] = []
+        self.keys: list[str] = []
+        self.sig: list[tuple[int, int, int, int, int]] = []
+        self.vals: list[str | None] = []
+        self.stale: list[int] = []
+        self.fresh: set[int] = set()  # entries read (and stored) by this scan
+        self.children: list[tuple[int, _Dir]] = []
+        self.rec: _Rec | None = None  # the record after the scan (`old` itself when unchanged)
+        self.data: bytes | None = None  # the tree blob, when it was built by this scan
 
 
 class _File:
-    __slots__ = ("entry", "key", "parent", "path", "st")
+    __slots__ = ("d", "i", "path", "st")
 
-    def __init__(self, path: bytes, st: os.stat_result, entry: dict, parent: _Dir, key: str):
+    def __init__(self, d: _Dir, i: int, path: bytes, st: os.stat_result):
+        self.d = d
+        self.i = i
         self.path = path
         self.st = st
-        self.entry = entry
-        self.parent = parent
+
+
+class _Retry(Exception):
+    """A cached digest's blob is missing and the file no longer has that content."""
+
+    def __init__(self, key: str):
         self.key = key
 
 
 class _Scan:
-    def __init__(self, cache: StatCache, trusted_before: int, live_paths: bool):
-        self.cache = cache
-        self.new_cache = StatCache()
+    def __init__(self, old: dict[str, _Rec], trusted_before: int, live_paths: bool, strip: int):
+        self.old = old
+        self.new: dict[str, _Rec] = {}
         self.trusted_before = trusted_before
+        self.strip = strip
         self.pending: list[_File] = []
         self.skipped: list[str] = []
         self.live_paths = live_paths  # diffs read live files: remember where each digest was
-        self.trees: dict[str, dict[str, Any]] = {}  # digest -> entries, for every folder seen
+        self.keep_trees = False  # restore and diff look at the live trees: keep them by digest
+        self.trees: dict[str, _Rec] = {}  # digest -> record, for every folder seen
         self.counts: dict[str, int] = {}  # tree digest -> files under it
         self.live: dict[str, bytes] = {}  # file digest -> a path with that content
         self.new_trees: list[bytes] = []  # tree blobs to write, children first
@@ -332,17 +581,6 @@ def _tree_bytes(entries: dict[str, Any]) -> bytes:
     return TREE_MAGIC + body.encode("utf-8")
 
 
-def _digest_tree(d: _Dir, cache: StatCache | None) -> tuple[bytes | None, str]:
-    """(tree blob or None when it did not need building, digest) of a scanned folder."""
-    if cache is not None:
-        last = cache.trees.get(d.key)
-        # Equal entries serialise to the same bytes: skip the JSON and the hash.
-        if last is not None and last[0] == d.entries:
-            return None, last[1]
-    data = _tree_bytes(d.entries)
-    return data, hashlib.sha256(data).hexdigest()
-
-
 def _join_key(folder: str, key: str) -> str:
     return folder + "/" + key if folder else key
 
@@ -354,6 +592,18 @@ def _is_text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def _open_dir(fd: int, name: str) -> int | None:
+    """A descriptor for sub-folder `name` of `fd`, or None when it is gone or no longer a folder."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # replaced by a link since it was listed
+            return None
+        raise
 
 
 class Snapshots:
@@ -381,7 +631,7 @@ class Snapshots:
             cache = self._load_cache(cache_path)
         with self.blobs.lock():
             scan = self._scan(workspace, cache, cache_path, store=True)
-        self._keep_cache(cache, scan.new_cache, cache_path)
+        self._keep_cache(cache, scan.new, cache_path)
         return SnapshotResult(
             tree=scan.root,
             files=scan.files,
@@ -404,19 +654,18 @@ class Snapshots:
         except FileNotFoundError:
             return StatCache()
         known = _CACHES.get(cache_path)
-        if known is not None and known[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
-            return known[1]
+        if known is not None and known.disk_stat() == (st.st_ino, st.st_size, st.st_mtime_ns):
+            return known
         return StatCache.load(cache_path)
 
-    def _keep_cache(self, cache: StatCache, new: StatCache, cache_path: Path | None) -> None:
-        cache.dirs, cache.trees = new.dirs, new.trees
+    def _keep_cache(self, cache: StatCache, new: dict[str, _Rec], cache_path: Path | None) -> None:
+        cache.dirs = new
         if cache_path is not None:
             cache_path = Path(cache_path)
-            cache.save(cache_path)
-            st = os.stat(cache_path)
+            cache.sync_to(cache_path)
             with _CACHES_LOCK:
                 _CACHES.pop(cache_path, None)
-                _CACHES[cache_path] = ((st.st_ino, st.st_size, st.st_mtime_ns), cache)
+                _CACHES[cache_path] = cache
                 while len(_CACHES) > _CACHES_MAX:
                     _CACHES.pop(next(iter(_CACHES)))
 
@@ -435,21 +684,48 @@ class Snapshots:
         *,
         store: bool,
         live_paths: bool = False,
+        keep_trees: bool = False,
     ) -> _Scan:
         root = os.fsencode(workspace)
-        st = os.stat(root)
-        if not stat.S_ISDIR(st.st_mode):
-            raise NotADirectoryError(workspace)
-        probes = [self.blobs.root]
-        if cache_path is not None:
-            probes.insert(0, Path(cache_path).parent)
-        scan = _Scan(cache, self._fs_clock(st.st_dev, probes, create=store), live_paths)
-        top = self._walk(root, "", scan, len(root) + 1)
+        old = cache.dirs
+        while True:
+            try:
+                return self._scan_once(root, old, cache_path, store, live_paths, keep_trees)
+            except _Retry as r:
+                # Read that folder's files again instead of trusting its record.
+                old = {k: v for k, v in old.items() if k != r.key}
+
+    def _scan_once(
+        self,
+        root: bytes,
+        old: dict[str, _Rec],
+        cache_path: Path | None,
+        store: bool,
+        live_paths: bool,
+        keep_trees: bool,
+    ) -> _Scan:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            probes = [self.blobs.root]
+            if cache_path is not None:
+                probes.insert(0, Path(cache_path).parent)
+            trusted = self._fs_clock(st.st_dev, probes, create=store)
+            scan = _Scan(old, trusted, live_paths, len(root) + 1)
+            scan.keep_trees = keep_trees or live_paths
+            top = self._walk(fd, root, "", scan)
+        finally:
+            os.close(fd)
         self._hash_all(scan, store)
-        scan.root, existed = self._build(top, scan, store)
+        self._build(top, scan)
+        scan.root = top.rec.tree
+        scan.files, scan.bytes_total, scan.dirs, scan.links = top.rec.totals
         if store:
-            if existed:
+            if self.blobs.exists(scan.root):
+                # A stored tree implies its whole subtree is stored: nothing below to check.
                 scan.freshen.append(scan.root)
+            else:
+                self._plan_store(top, scan)
             # Every file blob durable before any tree names it; then the trees, children first.
             self.blobs.sync()
             for data in scan.new_trees:
@@ -483,58 +759,108 @@ class Snapshots:
                 os.unlink(tmp)
         return time.time_ns() - RACY_FALLBACK_NS
 
-    def _walk(self, path: bytes, dkey: str, scan: _Scan, strip: int) -> _Dir:
-        # The hot loop of a checkpoint: one lstat per entry and as little else as possible.
-        d = _Dir(path, dkey)
-        known = scan.cache.dirs.get(dkey, {})
-        keep: dict[str, list[Any]] = {}
-        with os.scandir(path) as it:
+    def _walk(self, fd: int, path: bytes, dkey: str, scan: _Scan) -> _Dir:
+        # The hot loop of a checkpoint: one stat per entry and, for a folder whose names and
+        # stats all equal its record, nothing else per entry.
+        with os.scandir(fd) as it:
             items = list(it)
-        for item in items:
-            name = item.name
-            try:
-                st = item.stat(follow_symlinks=False)
-            except FileNotFoundError:
+        names = [e.name for e in items]
+        try:
+            sts = [e.stat(follow_symlinks=False) for e in items]
+        except FileNotFoundError:
+            sts = None
+        old = scan.old.get(dkey)
+        d = _Dir(path, dkey, old)
+        if sts is None:
+            # Something vanished while listing: keep what is still there.
+            kept = []
+            for e in items:
+                with contextlib.suppress(FileNotFoundError):
+                    kept.append((e.name, e.stat(follow_symlinks=False)))
+            names = [n for n, _ in kept]
+            sts = [s for _, s in kept]
+        sig = [(s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino) for s in sts]
+        if old is not None and not old.stale and old.sig == sig and old.names == names:
+            d.fast = True
+            d.names, d.keys, d.sig, d.vals = old.names, old.keys, old.sig, old.vals
+            subs = old.subdirs
+        else:
+            subs = self._compare(d, fd, names, sts, sig, scan)
+        for i in subs:
+            name = d.names[i]
+            sub = _open_dir(fd, name)
+            if sub is None:
+                if d.fast:
+                    d.fast = False
+                    d.vals = list(d.vals)
+                d.vals[i] = None
+                d.stale.append(i)
                 continue
-            key = encode_name(name)
-            fmt = stat.S_IFMT(st.st_mode)
-            if fmt == stat.S_IFREG:
-                e = known.get(key)
-                if (
-                    e is not None
-                    and e[0] == st.st_size
-                    and e[1] == st.st_mtime_ns
-                    and e[2] == st.st_ctime_ns
-                    and e[3] == st.st_ino
-                ):
-                    d.entries[key] = {"t": "f", "h": e[4], "m": st.st_mode & 0o7777, "s": e[0]}
-                    keep[key] = e
-                    d.hits.append((key, name))
-                    if scan.live_paths:
-                        scan.live[e[4]] = path + b"/" + name
-                else:
-                    entry = d.entries[key] = {"t": "f", "m": st.st_mode & 0o7777}
-                    scan.pending.append(_File(path + b"/" + name, st, entry, d, key))
-            elif fmt == stat.S_IFLNK:
-                try:
-                    target = os.readlink(path + b"/" + name)
-                except FileNotFoundError:
-                    continue
-                d.entries[key] = {"t": "l", "target": encode_name(target)}
-                scan.links += 1
-            elif fmt == stat.S_IFDIR:
-                try:
-                    sub = self._walk(path + b"/" + name, _join_key(dkey, key), scan, strip)
-                except FileNotFoundError:
-                    continue
-                sub.entry = d.entries[key] = {"t": "d", "m": st.st_mode & 0o7777}
-                d.subdirs.append(sub)
-                scan.dirs += 1
-            else:
-                scan.skipped.append(_to_str((path + b"/" + name)[strip:]))
-        if keep:
-            scan.new_cache.dirs[dkey] = keep
+            try:
+                child = self._walk(
+                    sub, path + b"/" + os.fsencode(name), _join_key(dkey, d.keys[i]), scan
+                )
+            finally:
+                os.close(sub)
+            d.children.append((i, child))
         return d
+
+    def _compare(
+        self,
+        d: _Dir,
+        fd: int,
+        names: list[str],
+        sts: list[os.stat_result],
+        sig: list[tuple[int, int, int, int, int]],
+        scan: _Scan,
+    ) -> list[int]:
+        """Fill a changed folder entry by entry, reusing what its record still vouches for;
+        returns the indexes of its sub-folders."""
+        old = d.old
+        index: dict[str, int] = {}
+        old_stale: tuple[int, ...] = ()
+        if old is not None:
+            index = {n: j for j, n in enumerate(old.names)}
+            old_stale = old.stale
+        d.names, d.sig = names, sig
+        keys, vals, stale = d.keys, d.vals, d.stale
+        subs = []
+        for i, name in enumerate(names):
+            raw = os.fsencode(name)
+            keys.append(encode_name(raw))
+            s = sig[i]
+            j = index.get(name)
+            same = j is not None and old.sig[j] == s and j not in old_stale
+            fmt = stat.S_IFMT(s[0])
+            if fmt == stat.S_IFREG:
+                if same:
+                    vals.append(old.vals[j])
+                else:
+                    vals.append(None)
+                    scan.pending.append(_File(d, i, d.path + b"/" + raw, sts[i]))
+            elif fmt == stat.S_IFDIR:
+                vals.append(None)  # its tree digest, once built
+                subs.append(i)
+            elif fmt == stat.S_IFLNK:
+                if same:
+                    vals.append(old.vals[j])
+                    continue
+                try:
+                    target = os.readlink(raw, dir_fd=fd)
+                except (FileNotFoundError, OSError):
+                    vals.append(None)
+                    stale.append(i)
+                    continue
+                vals.append(encode_name(target))
+                # A link replaced within one timestamp tick could keep its stat: like files,
+                # trust the target only once its timestamps are in the past.
+                if max(s[2], s[3]) >= scan.trusted_before:
+                    stale.append(i)
+            else:
+                vals.append(None)
+                stale.append(i)
+                scan.skipped.append(_to_str((d.path + b"/" + raw)[scan.strip :]))
+        return subs
 
     def _hash_all(self, scan: _Scan, store: bool) -> None:
         pending, scan.pending = scan.pending, []
@@ -563,12 +889,14 @@ class Snapshots:
             return digest, size, added, os.fstat(fd)
 
     def _record(self, scan: _Scan, f: _File, result: tuple | None) -> None:
+        d, i, st = f.d, f.i, f.st
         if result is None:
-            f.parent.entries.pop(f.key, None)
+            d.vals[i] = None
+            d.stale.append(i)
             return
         digest, size, added, after = result
-        f.entry["h"] = digest
-        f.entry["s"] = size
+        d.vals[i] = digest
+        d.fresh.add(i)
         scan.hashed += 1
         if scan.live_paths:
             scan.live[digest] = f.path
@@ -577,59 +905,108 @@ class Snapshots:
             scan.bytes_added += size
         stable = (
             after.st_size == size
-            and after.st_mtime_ns == f.st.st_mtime_ns
-            and after.st_ctime_ns == f.st.st_ctime_ns
-            and after.st_ino == f.st.st_ino
+            and after.st_mtime_ns == st.st_mtime_ns
+            and after.st_ctime_ns == st.st_ctime_ns
+            and after.st_ino == st.st_ino
         )
-        if stable and max(after.st_mtime_ns, after.st_ctime_ns) < scan.trusted_before:
-            folder = scan.new_cache.dirs.setdefault(f.parent.key, {})
-            folder[f.key] = [size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino, digest]
+        if not stable or max(after.st_mtime_ns, after.st_ctime_ns) >= scan.trusted_before:
+            d.stale.append(i)
+            if size != st.st_size:
+                # The entry records the size that was read; the stat is not trusted anyway.
+                d.sig[i] = (st.st_mode, size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
-    def _build(self, d: _Dir, scan: _Scan, store: bool) -> tuple[str, bool]:
-        """Digest of folder `d` (children first) and whether its tree blob was already stored."""
-        existing_children = []
-        below = 0
-        for sub in d.subdirs:
-            digest, existed = self._build(sub, scan, store)
-            sub.entry["h"] = digest
-            below += scan.counts[digest]
-            if existed:
-                existing_children.append(digest)
-        data, digest = _digest_tree(d, scan.cache)
-        existed = False
-        if store:
+    def _build(self, d: _Dir, scan: _Scan) -> None:
+        """Digest of folder `d` and its new record, children first."""
+        for _, child in d.children:
+            self._build(child, scan)
+        old = d.old
+        if d.fast and all(child.rec.tree == old.vals[i] for i, child in d.children):
+            rec = old
+        else:
+            vals = list(d.vals) if d.fast else d.vals
+            below = [0, 0, len(d.children), 0]
+            for i, child in d.children:
+                vals[i] = child.rec.tree
+                for n, x in enumerate(child.rec.totals):
+                    below[n] += x
+            entries = _entries_of(d.keys, d.sig, vals)
+            files = links = size = 0
+            for e in entries.values():
+                t = e["t"]
+                if t == "f":
+                    files += 1
+                    size += e["s"]
+                elif t == "l":
+                    links += 1
+            totals = (below[0] + files, below[1] + size, below[2], below[3] + links)
+            d.data = _tree_bytes(entries)
+            digest = hashlib.sha256(d.data).hexdigest()
+            rec = _Rec(
+                d.names, d.keys, d.sig, vals, tuple(sorted(set(d.stale))), digest, totals, entries
+            )
+            if (
+                old is not None
+                and rec.tree == old.tree
+                and rec.stale == old.stale
+                and rec.sig == old.sig
+                and rec.keys == old.keys
+                and rec.vals == old.vals
+            ):
+                rec = old
+        d.rec = rec
+        scan.new[d.key] = rec
+        if scan.keep_trees:
+            scan.trees[rec.tree] = rec
+            scan.counts[rec.tree] = rec.totals[0]
+        if scan.live_paths:
+            for i, s in enumerate(rec.sig):
+                if stat.S_ISREG(s[0]) and rec.vals[i] is not None and i not in d.fresh:
+                    scan.live.setdefault(rec.vals[i], d.path + b"/" + os.fsencode(rec.names[i]))
+
+    def _plan_store(self, d: _Dir, scan: _Scan) -> None:
+        """For a folder whose tree is not stored: make sure every blob it names is, then queue
+        its tree after those of its sub-folders (children first)."""
+        rec = d.rec
+        for i, s in enumerate(rec.sig):
+            if not stat.S_ISREG(s[0]) or i in d.fresh or rec.vals[i] is None:
+                continue
+            digest = rec.vals[i]
             if self.blobs.exists(digest):
-                existed = True
+                continue
+            # A cached digest whose blob is gone (a prune removed content that was never part of
+            # a kept checkpoint): store the file again.
+            path = d.path + b"/" + os.fsencode(rec.names[i])
+            try:
+                f = _File(d, i, path, os.lstat(path))
+                result = self._read(f, True)
+            except FileNotFoundError:
+                result = None
+            if result is None or result[0] != digest:
+                raise _Retry(d.key)
+            if result[2]:
+                scan.blobs_added += 1
+                scan.bytes_added += result[1]
+        for _, child in d.children:
+            if self.blobs.exists(child.rec.tree):
+                scan.freshen.append(child.rec.tree)
             else:
-                # A new tree: cached digests under it must name stored blobs (a prune may have
-                # removed content that was never part of a kept checkpoint).
-                missing = [(k, n) for k, n in d.hits if not self.blobs.exists(d.entries[k]["h"])]
-                for key, name in missing:
-                    scan.new_cache.dirs[d.key].pop(key, None)
-                    path = d.path + b"/" + name
-                    try:
-                        f = _File(path, os.lstat(path), d.entries[key], d, key)
-                    except FileNotFoundError:
-                        d.entries.pop(key)
-                        continue
-                    self._record(scan, f, self._read(f, store))
-                if missing:
-                    data, digest = _digest_tree(d, None)
-                scan.new_trees.append(data or _tree_bytes(d.entries))
-                scan.freshen.extend(existing_children)
-        sizes = [e["s"] for e in d.entries.values() if e["t"] == "f"]
-        scan.trees[digest] = d.entries
-        scan.new_cache.trees[d.key] = (d.entries, digest)
-        scan.counts[digest] = below + len(sizes)
-        scan.files += len(sizes)
-        scan.bytes_total += sum(sizes)
-        return digest, existed
+                self._plan_store(child, scan)
+        data = d.data
+        if data is None:
+            # A record reused as is: its digest must be that of its tree, or the parent would
+            # name a blob that is never written.
+            data = _tree_bytes(rec.entries)
+            if hashlib.sha256(data).hexdigest() != rec.tree:
+                raise _Retry(d.key)
+        scan.new_trees.append(data)
 
     # -- reading trees -------------------------------------------------------------------------
 
-    def _tree(self, digest: str, extra: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-        if extra is not None and digest in extra:
-            return extra[digest]
+    def _tree(self, digest: str, extra: dict[str, _Rec] | None = None) -> dict[str, Any]:
+        if extra is not None:
+            rec = extra.get(digest)
+            if rec is not None:
+                return rec.entries
         cached = self._tree_cache.get(digest)
         if cached is not None:
             return cached
@@ -705,7 +1082,7 @@ class Snapshots:
         with self.blobs.lock():
             current = None
             if os.path.isdir(workspace):
-                current = self._scan(workspace, cache, cache_path, store=False)
+                current = self._scan(workspace, cache, cache_path, store=False, keep_trees=True)
             plan = _Plan()
             extra = current.trees if current else {}
             counts = current.counts if current else {}
@@ -717,9 +1094,18 @@ class Snapshots:
                 workspace.mkdir(parents=True, exist_ok=True)
                 self._apply(os.fsencode(workspace), plan.ops)
         if not dry_run and current is not None:
+            # What was written is new (new inodes, fresh timestamps) and would not match its
+            # record anyway; say so explicitly, per folder.
+            touched: dict[str, set[str]] = {}
             for op in plan.ops:
-                current.new_cache.discard(op[1])
-            self._keep_cache(cache, current.new_cache, cache_path)
+                folder, name = _cache_key(op[1])
+                touched.setdefault(folder, set()).add(name)
+            new = current.new
+            for folder, names in touched.items():
+                rec = new.get(folder)
+                if rec is not None:
+                    new[folder] = rec.with_stale(i for i, k in enumerate(rec.keys) if k in names)
+            self._keep_cache(cache, new, cache_path)
         return RestoreResult(
             written=plan.count["write"],
             removed=plan.count["rm"],
@@ -737,7 +1123,7 @@ class Snapshots:
         rel: bytes,
         target: str,
         current: str | None,
-        extra: dict[str, dict[str, Any]],
+        extra: dict[str, _Rec],
         counts: dict[str, int],
         plan: _Plan,
     ) -> None:
@@ -845,7 +1231,7 @@ class Snapshots:
         TEXT_DIFF_MAX_INPUT bytes a side) get a unified diff of at most `max_diff_bytes`, cut with
         a note; other files are compared by size and hash only.
         """
-        extra: dict[str, dict[str, Any]] = {}
+        extra: dict[str, _Rec] = {}
         live: dict[str, bytes] = {}
         with self.blobs.lock():
             a = self._side(old, extra, live, cache_path)
@@ -870,7 +1256,7 @@ class Snapshots:
     def _side(
         self,
         side: str | Path | None,
-        extra: dict[str, dict[str, Any]],
+        extra: dict[str, _Rec],
         live: dict[str, bytes],
         cache_path: Path | None,
     ) -> str | None:
@@ -887,7 +1273,7 @@ class Snapshots:
         rel: bytes,
         a: str | None,
         b: str | None,
-        extra: dict[str, dict[str, Any]],
+        extra: dict[str, _Rec],
         out: list[Change],
     ) -> None:
         if a == b:

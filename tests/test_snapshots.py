@@ -34,6 +34,8 @@ from agents.snapshots import (
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
+
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -343,14 +345,197 @@ def test_a_cache_file_replaced_by_another_process_is_read_again(
     assert snaps.snapshot(ws, cache_path=cache).hashed_files == 5
 
 
-def test_stat_cache_serialisation_and_bad_files(tmp_path: Path):
-    c = StatCache({"a": {"b": [1, 2, 3, 4, "0" * 64]}, "caf\xe9": {}})
-    assert StatCache.from_json(c.to_json()).dirs == c.dirs
-    assert c.get("a/b") == [1, 2, 3, 4, "0" * 64] and len(c) == 1
+def test_stat_cache_serialisation_and_bad_files(snaps: Snapshots, ws: Path, tmp_path: Path):
+    sample_tree(ws)
+    write(ws, b"caf\xe9/b64:x", "odd names")
+    settle()
+    c = StatCache()
+    snaps.snapshot(ws, cache=c)
+    again = StatCache.from_json(c.to_json())
+    assert again.to_json() == c.to_json() and set(again.dirs) == set(c.dirs)
+    assert again.get("src/app.py") == c.get("src/app.py") is not None
+    assert again.get(b"caf\xe9/b64:x") is not None and len(again) == len(c) == 6
+    assert snaps.snapshot(ws, cache=again).hashed_files == 0
     (tmp_path / "bad.json").write_text("{not json")
     assert len(StatCache.load(tmp_path / "bad.json")) == 0
     assert len(StatCache.load(tmp_path / "missing.json")) == 0
-    assert len(StatCache.from_json('{"version": 99, "dirs": {"x": {"y": []}}}')) == 0
+    # The format before per-folder records: ignored, so every file is read once more.
+    assert len(StatCache.from_json('{"version": 2, "dirs": {"": {"a": [1, 2, 3, 4, "0"]}}}')) == 0
+    # A damaged or torn line costs only its own folder.
+    text = c.to_json().split("\n")
+    text[2] = text[2][: len(text[2]) // 2]
+    damaged = StatCache.from_json("\n".join(text))
+    assert len(damaged.dirs) == len(c.dirs) - 1
+    bad_record = json.loads(c.to_json().split("\n")[1])
+    bad_record[5][0] = ["not", "a", "stat"]
+    assert len(StatCache.from_json(StatCache.HEADER + "\n" + json.dumps(bad_record))) == 0
+
+
+def folders(root: Path, depth: int, width: int) -> list[str]:
+    """width**depth leaf folders (plus their parents), two files in each folder."""
+    paths = [""]
+    for _ in range(depth):
+        paths = [f"{p}/d{i}" if p else f"d{i}" for p in paths for i in range(width)]
+    for p in paths:
+        write(root, f"{p}/a.txt", f"a of {p}\n")
+        write(root, f"{p}/b.bin", bytes(range(40)) + p.encode())
+    for p in {"/".join(x.split("/")[:-1]) for x in paths}:
+        write(root, f"{p}/top.txt" if p else "top.txt", f"top of {p}\n")
+    return paths
+
+
+def test_unchanged_folders_are_reused_and_a_changed_child_is_still_seen(snaps: Snapshots, ws: Path):
+    leaves = folders(ws, 3, 3)
+    settle()
+    cache = StatCache()
+    first = snaps.snapshot(ws, cache=cache)
+    before = dict(cache.dirs)
+    # In place, same size, old mtime put back: only ctime (and the content) tell.
+    path = ws / leaves[13] / "a.txt"
+    old = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(b"A")
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    res = snaps.snapshot(ws, cache=cache)
+    assert res.tree != first.tree and res.hashed_files == 1
+    assert snaps.read(res.tree, f"{leaves[13]}/a.txt") == b"A of " + leaves[13].encode() + b"\n"
+    changed = {k for k in cache.dirs if cache.dirs[k] is not before[k]}
+    # The leaf and every folder above it; every other folder's record is reused as is.
+    assert changed == {"", "d1", "d1/d1", "d1/d1/d1"}
+    assert res.tree == snaps.snapshot(ws).tree
+
+
+CHANGES = [
+    ("add a file", lambda ws: write(ws, "d2/d0/new.txt", "new")),
+    ("remove a file", lambda ws: os.unlink(ws / "d0/d1/a.txt")),
+    ("add an empty folder", lambda ws: os.mkdir(ws / "d1/d2/empty")),
+    ("remove an empty folder", lambda ws: os.rmdir(ws / "d1/d2/empty")),
+    ("make a file executable", lambda ws: os.chmod(ws / "d2/d2/b.bin", 0o755)),
+    ("change a folder's mode", lambda ws: os.chmod(ws / "d0/d0", 0o750)),
+    ("add a link", lambda ws: os.symlink("aaaa", ws / "d1/d1/link")),
+    ("retarget a link, same length", lambda ws: _relink(ws / "d1/d1/link", "bbbb")),
+    ("replace a file by a folder", lambda ws: _file_to_dir(ws / "d2/d1/a.txt")),
+    ("add a non-UTF-8 name", lambda ws: write(ws, b"d0/d2/caf\xe9", "latin-1")),
+    ("rename a file", lambda ws: os.rename(ws / "d0/d2/b.bin", ws / "d0/d2/c.bin")),
+    ("remove a folder tree", lambda ws: _clear(os.fsencode(ws / "d2/d2"))),
+    ("same-size rewrite", lambda ws: write(ws, "d1/d0/a.txt", "a of d1/d9\n")),
+]
+
+
+def _relink(path: Path, target: str) -> None:
+    os.unlink(path)
+    os.symlink(target, path)
+
+
+def _file_to_dir(path: Path) -> None:
+    os.unlink(path)
+    path.mkdir()
+    (path / "inner.txt").write_text("inner")
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["settled", "same-tick"])
+def test_every_kind_of_change_under_reused_folders_is_seen(tmp_path: Path, wait: bool):
+    snaps = Snapshots(BlobStore(tmp_path / "store"))
+    ws = tmp_path / "ws"
+    folders(ws, 2, 3)
+    cache = tmp_path / "meta" / "cache.json"
+    snaps.snapshot(ws, cache_path=cache)
+    for what, change in CHANGES:
+        if wait:
+            settle()  # the records are trusted: the reuse path is what sees the change
+        change(ws)
+        res = snaps.snapshot(ws, cache_path=cache)
+        assert res.tree == snaps.snapshot(ws).tree, what  # the same as reading everything
+        restored = tmp_path / "fork" / what
+        snaps.restore(res.tree, restored)
+        assert describe(restored) == describe(ws), what
+
+
+def test_cache_file_is_appended_per_changed_folder_and_untouched_when_nothing_changed(
+    snaps: Snapshots, ws: Path, tmp_path: Path
+):
+    leaves = folders(ws, 2, 3)
+    settle()
+    cache = tmp_path / "cache.json"
+    first = snaps.snapshot(ws, cache_path=cache)
+    st1 = os.stat(cache)
+    assert snaps.snapshot(ws, cache_path=cache).hashed_files == 0
+    st2 = os.stat(cache)
+    assert (st2.st_ino, st2.st_size, st2.st_mtime_ns) == (st1.st_ino, st1.st_size, st1.st_mtime_ns)
+    lines = cache.read_text().splitlines()
+    write(ws, f"{leaves[4]}/a.txt", "changed")
+    snaps.snapshot(ws, cache_path=cache)
+    st3 = os.stat(cache)
+    # Same file, one new line each for the leaf, its parent and the top.
+    assert st3.st_ino == st1.st_ino
+    assert cache.read_text().splitlines()[: len(lines)] == lines
+    assert len(cache.read_text().splitlines()) == len(lines) + 3
+    # What another process reads from the file is the same cache.
+    settle()
+    snaps.snapshot(ws, cache_path=cache)
+    other = StatCache.load(cache)
+    res = snaps.snapshot(ws, cache=other)
+    assert res.hashed_files == 0 and res.tree != first.tree
+    # A folder that is gone is dropped from the file too.
+    _clear(os.fsencode(ws / "d1"))
+    snaps.snapshot(ws, cache_path=cache)
+    assert not any(k.startswith("d1") for k in StatCache.load(cache).dirs)
+
+
+def test_cache_log_is_compacted(snaps: Snapshots, ws: Path, tmp_path: Path):
+    write(ws, "a/f.txt", "0")
+    cache = tmp_path / "cache.json"
+    for i in range(150):
+        write(ws, "a/f.txt", str(i))
+        snaps.snapshot(ws, cache_path=cache)
+    assert len(cache.read_text().splitlines()) <= 1 + 2 + 64 + 2
+    settle()
+    last = snaps.snapshot(ws, cache_path=cache)
+    loaded = StatCache.load(cache)
+    assert loaded.get("a/f.txt")[0] == 3 and len(loaded.dirs) == 2
+    res = snaps.snapshot(ws, cache=loaded)
+    assert (res.tree, res.hashed_files) == (last.tree, 0)
+    assert snaps.read(res.tree, "a/f.txt") == b"149"
+
+
+def test_torn_cache_file_is_rewritten_before_appending(snaps: Snapshots, ws: Path, tmp_path: Path):
+    sample_tree(ws)
+    cache = tmp_path / "cache.json"
+    snaps.snapshot(ws, cache_path=cache)
+    # A crash in the middle of an append: half a line at the end.
+    with open(cache, "a") as f:
+        f.write('["src",')
+    write(ws, "src/app.py", "print('changed')\n")
+    res = snaps.snapshot(ws, cache_path=cache)
+    text = cache.read_text()
+    assert text.endswith("\n") and '["src",\n' not in text and '["src",[' not in text
+    assert all(json.loads(line) for line in text.splitlines())
+    assert StatCache.load(cache).get("README.md") is not None
+    assert res.tree == snaps.snapshot(ws).tree
+
+
+def test_a_cache_that_names_a_missing_blob_for_other_content_is_not_believed(
+    snaps: Snapshots, ws: Path
+):
+    sample_tree(ws)
+    cache = StatCache()
+    truth = snaps.snapshot(ws, cache=cache).tree
+    # A record whose stat matches but whose digest is wrong (and not stored).
+    rec = cache.dirs["src"]
+    i = rec.keys.index("app.py")
+    rec.vals[i] = "f" * 64
+    rec._entries = None
+    rec.tree = "e" * 64
+    res = snaps.snapshot(ws, cache=cache)
+    assert res.tree == truth
+    assert snaps.verify([res.tree]) == []
+    # A record whose tree digest is not that of its entries (and not stored): not believed
+    # either, so no stored tree ever names it.
+    cache.dirs["src/lib"].tree = "d" * 64
+    write(ws, "README.md", "# changed\n")
+    res = snaps.snapshot(ws, cache=cache)
+    assert res.tree == snaps.snapshot(ws).tree
+    assert snaps.verify([res.tree]) == []
 
 
 def test_cached_digest_whose_blob_was_pruned_is_stored_again(
@@ -706,7 +891,6 @@ from pathlib import Path
 from agents.blobstore import BlobStore
 from agents.snapshots import Snapshots
 
-pytestmark = pytest.mark.no_services  # pure code: no database, queue or channel layer
 Snapshots(BlobStore(sys.argv[1])).snapshot(Path(sys.argv[2]))
 print("done", flush=True)
 """
