@@ -116,10 +116,16 @@ class EventAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    """A run's history, shown, never edited or deleted here: a deleted checkpoint would let
+    prune_store drop its blobs, a deleted approval or script would break the run."""
+
     def has_add_permission(self, request):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
@@ -159,7 +165,3 @@ class RunScriptAdmin(ReadOnlyAdmin):
     @admin.display(description="turns")
     def turns(self, row):
         return len(row.script.get("turns", [])) if isinstance(row.script, dict) else 0
-
-    def has_delete_permission(self, request, obj=None):
-        # The scripted provider replays it at every step: a run without it cannot go on.
-        return False

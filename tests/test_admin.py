@@ -92,3 +92,17 @@ def test_staff_without_the_control_permission_get_no_run_actions(client):
     client.post("/admin/agents/run/", {"action": "paused_runs", "_selected_action": [run.pk]})
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
+
+
+def test_a_runs_history_cannot_be_deleted_in_the_admin(admin_client):
+    from agents import checkpoints
+    from agents.models import Checkpoint, Session
+
+    run = make_run(turns=[{"text": "x"}])
+    checkpoint = checkpoints.create(run.pk, kind="manual")
+    session = Session.objects.create(run=run, index=1)
+    for model, pk in (("checkpoint", checkpoint.pk), ("session", session.pk)):
+        response = admin_client.post(f"/admin/agents/{model}/{pk}/delete/", {"post": "yes"})
+        assert response.status_code == 403, model
+    assert Checkpoint.objects.filter(pk=checkpoint.pk).exists()
+    assert Session.objects.filter(pk=session.pk).exists()
