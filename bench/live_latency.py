@@ -59,7 +59,6 @@ import http.client
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import signal
@@ -72,10 +71,17 @@ import time
 import uuid
 from pathlib import Path
 
+from benchlib import (  # bench/benchlib.py, beside this script
+    PG_SERVER,
+    REDIS_SERVER,
+    claim_redis_db,
+    pg_admin,
+    pg_available,
+    redis_available,
+    release_redis_db,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
-PG_SERVER = os.environ.get("SHIFTLOG_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-REDIS_SERVER = os.environ.get("SHIFTLOG_BENCH_REDIS", "redis://127.0.0.1:6379")
-REDIS_CLAIM = "shiftlog-bench-latency:claim"
 
 TARGETS = {"embedded": {"p50": 50.0, "p99": 200.0}, "redis": {"p50": 15.0}}
 PAGE_TARGET_MS = 200.0
@@ -750,71 +756,6 @@ def _page(args: argparse.Namespace, data_dir: Path, children: Children) -> dict:
 
 
 # --- parent: resources, children, the report ------------------------------------------------
-def _pg_available() -> tuple[bool, str]:
-    try:
-        import psycopg
-
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3) as c:
-            return True, str(c.execute("SHOW server_version").fetchone()[0])
-    except Exception as e:  # any failure means "not answering"
-        return False, f"{type(e).__name__}: {e}".strip()
-
-
-def _pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
-        conn.execute(sql)
-
-
-def _redis_available() -> tuple[bool, str]:
-    try:
-        import redis
-
-        r = redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_timeout=3)
-        return True, str(r.info("server").get("redis_version"))
-    except Exception as e:
-        return False, f"{type(e).__name__}: {e}".strip()
-
-
-def _test_redis_db() -> int | None:
-    """The db the test suite uses (tests/services.py): never borrowed, even when it is empty."""
-    url = os.environ.get("SHIFTLOG_TEST_REDIS", "redis://127.0.0.1:6379/14")
-    tail = url.rstrip("/").rsplit("/", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
-
-def _claim_redis_db(token: str) -> int:
-    """An empty Redis db (1-15, not the tests' one), claimed with a key holding `token`, so
-    another copy of this bench (or any tool that looks for an empty db) leaves it alone."""
-    import redis
-
-    dbs = [n for n in range(1, 16) if n != _test_redis_db()]
-    random.shuffle(dbs)
-    for db in dbs:
-        r = redis.Redis.from_url(f"{REDIS_SERVER}/{db}", socket_timeout=3)
-        if r.dbsize() == 0 and r.set(REDIS_CLAIM, token, nx=True, ex=3600):
-            if r.dbsize() == 1:
-                return db
-            r.delete(REDIS_CLAIM)  # someone else started using it at the same moment
-    raise RuntimeError("no empty Redis db among 1-15")
-
-
-def _release_redis_db(db: int, token: str, huey_name: str) -> list[str]:
-    """Delete what this bench's processes wrote (channels-redis `asgi*` keys, the huey queue
-    named `huey_name`) and the claim; never FLUSHDB. Returns (some of) the keys left."""
-    import redis
-
-    r = redis.Redis.from_url(f"{REDIS_SERVER}/{db}", socket_timeout=10)
-    if r.get(REDIS_CLAIM) != token.encode():
-        return [f"{REDIS_CLAIM} is not ours any more: nothing deleted"]
-    for pattern in ("asgi*", f"huey*{huey_name}*"):
-        for key in r.scan_iter(match=pattern, count=500):
-            r.delete(key)
-    r.delete(REDIS_CLAIM)
-    return [k.decode(errors="replace") for k in r.scan_iter(count=100)][:5]
-
-
 def _run_child(kind: str, mode: str, extra: list[str], label: str, asgi: str) -> dict:
     db_name = redis_db = None
     token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -829,8 +770,8 @@ def _run_child(kind: str, mode: str, extra: list[str], label: str, asgi: str) ->
     try:
         if mode == "redis":
             db_name = f"shiftlog_bench_latency_{uuid.uuid4().hex[:12]}"
-            _pg_admin(f'CREATE DATABASE "{db_name}"')
-            redis_db = _claim_redis_db(token)
+            pg_admin(f'CREATE DATABASE "{db_name}"')
+            redis_db = claim_redis_db(token)
             command += ["--database-url", f"{PG_SERVER}/{db_name}"]
             command += ["--redis-url", f"{REDIS_SERVER}/{redis_db}", "--huey-name", huey_name]
         proc = subprocess.Popen(
@@ -853,10 +794,10 @@ def _run_child(kind: str, mode: str, extra: list[str], label: str, asgi: str) ->
                 proc.wait(timeout=10)
         if db_name:
             with contextlib.suppress(Exception):
-                _pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+                pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
         if redis_db is not None:
             with contextlib.suppress(Exception):
-                left = _release_redis_db(redis_db, token, huey_name)
+                left = release_redis_db(redis_db, token, huey_name)
     elapsed = time.perf_counter() - started
     print(f" {elapsed:.1f} s", file=sys.stderr)
     lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
@@ -925,8 +866,8 @@ def parent(args: argparse.Namespace) -> int:
     modes = [m for m in args.modes.split(",") if m]
     servers = {}
     if "redis" in modes:
-        pg_ok, pg_info = _pg_available()
-        redis_ok, redis_info = _redis_available()
+        pg_ok, pg_info = pg_available()
+        redis_ok, redis_info = redis_available()
         if not (pg_ok and redis_ok):
             why = "; ".join(
                 f"{name}: {info}"

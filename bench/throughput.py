@@ -66,7 +66,6 @@ import itertools
 import json
 import os
 import platform
-import random
 import shutil
 import signal
 import subprocess
@@ -76,9 +75,17 @@ import time
 import uuid
 from pathlib import Path
 
+from benchlib import (  # bench/benchlib.py, beside this script
+    PG_SERVER,
+    REDIS_SERVER,
+    claim_redis_db,
+    pg_admin,
+    pg_available,
+    redis_available,
+    release_redis_db,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
-PG_SERVER = os.environ.get("SHIFTLOG_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-REDIS_SERVER = os.environ.get("SHIFTLOG_BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 NOTES = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1, 5))
 RISKY_COMMAND = "curl -s http://example.invalid/"
 TERMINAL = {"succeeded", "failed", "cancelled", "paused"}
@@ -452,55 +459,11 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
 
 
 # --- parent: servers, children, the report ---------------------------------------------------
-def _pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
-
-
 def _servers_available() -> tuple[bool, str]:
-    try:
-        _pg_admin("SELECT 1")
-    except Exception as e:
-        return False, f"PostgreSQL at {PG_SERVER}: {type(e).__name__}: {e}".strip()
-    try:
-        import redis
-
-        redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_connect_timeout=3).ping()
-    except Exception as e:
-        return False, f"Redis at {REDIS_SERVER}: {type(e).__name__}: {e}".strip()
+    for ok, why in (pg_available(), redis_available()):
+        if not ok:
+            return False, why
     return True, ""
-
-
-def _pick_redis_db() -> int:
-    """An empty Redis db (1-15, random order), so nothing of anyone else's is near ours."""
-    import redis
-
-    numbers = list(range(1, 16))
-    random.shuffle(numbers)
-    for n in numbers:
-        client = redis.Redis.from_url(f"{REDIS_SERVER}/{n}")
-        try:
-            if client.dbsize() == 0:
-                return n
-        finally:
-            client.close()
-    raise SystemExit(f"no empty Redis db (1-15) on {REDIS_SERVER}; free one and try again")
-
-
-def _redis_cleanup(db: int, huey_name: str) -> int:
-    """Delete the keys of our huey name; returns how many keys are left in that db."""
-    import redis
-
-    client = redis.Redis.from_url(f"{REDIS_SERVER}/{db}")
-    try:
-        keys = list(client.scan_iter(match=f"*{huey_name}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        return int(client.dbsize())
-    finally:
-        client.close()
 
 
 def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) -> dict:
@@ -530,9 +493,9 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
     try:
         if mode == "postgres":
             db_name = f"shiftlog_bench_tp_{token}"
-            _pg_admin(f'CREATE DATABASE "{db_name}"')
+            pg_admin(f'CREATE DATABASE "{db_name}"')
             env["DATABASE_URL"] = f"{PG_SERVER}/{db_name}"
-            redis_db = _pick_redis_db()
+            redis_db = claim_redis_db(token)
             huey_name = f"shiftlog_bench_tp_{token}"
             env["REDIS_URL"] = f"{REDIS_SERVER}/{redis_db}"
             env["SHIFTLOG_HUEY_NAME"] = huey_name
@@ -578,15 +541,12 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
                 proc.wait()
         if db_name:
             with contextlib.suppress(Exception):
-                _pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+                pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
         if redis_db is not None and huey_name:
             with contextlib.suppress(Exception):
-                left = _redis_cleanup(redis_db, huey_name)
+                left = release_redis_db(redis_db, token, huey_name)
                 if left:
-                    print(
-                        f"\n  note: Redis db {redis_db} still holds {left} key(s) not ours",
-                        file=sys.stderr,
-                    )
+                    print(f"\n  note: Redis db {redis_db} still holds {left}", file=sys.stderr)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
