@@ -10,6 +10,40 @@ from agents.models import Run
 from agents.runtime.loop import drive
 
 
+def user_with(name: str, *perms: str):
+    """A user with these agents permissions (fresh from the database: permissions are cached)."""
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user(name, password=f"pw-{name}-123")
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def client_for(user):
+    from django.test import Client
+
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def viewer(db):
+    """May watch every run, not control or decide."""
+    return user_with("vic", "view_run")
+
+
+@pytest.fixture
+def supervisor(db):
+    return user_with("sam", "view_run", "control_run", "decide_approval")
+
+
+@pytest.fixture
+def outsider(db):
+    return user_with("otto")
+
+
 @pytest.fixture
 def owner(db):
     return get_user_model().objects.create_user("olivia", password="pw-olivia-1")
@@ -66,11 +100,7 @@ def procs(transactional_db, tmp_path):
 
 @pytest.fixture
 def decider(db):
-    from django.contrib.auth.models import Permission
-
-    user = get_user_model().objects.create_user("dana", password="pw-dana-123")
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    return get_user_model().objects.get(pk=user.pk)  # fresh: permissions are cached
+    return user_with("dana", "decide_approval")
 
 
 def approve_pending(run: Run, user, **kwargs) -> list:

@@ -11,20 +11,9 @@ from django.test.utils import CaptureQueriesContext
 
 from agents import checkpoints, services
 from agents.models import Approval, Checkpoint, Event, Run
-from tests.conftest import approve_pending, drive_until_idle, make_run
-from tests.test_dashboard_views import client_for, user_with
+from tests.conftest import approve_pending, client_for, drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def viewer(db):
-    return user_with("vic", "view_run")
-
-
-@pytest.fixture
-def outsider(db):
-    return user_with("otto")
 
 
 @pytest.fixture

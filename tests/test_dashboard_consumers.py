@@ -22,7 +22,6 @@ from dashboard import live
 from dashboard.routing import websocket_urlpatterns
 from tests.conftest import drive_until_idle, make_run
 from tests.procs import Procs
-from tests.test_dashboard_views import user_with
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -73,16 +72,6 @@ def stop_delivery():
 
 
 PUSH_UID = "dashboard.live.push"
-
-
-@pytest.fixture
-def viewer(db):
-    return user_with("vic", "view_run")
-
-
-@pytest.fixture
-def outsider(db):
-    return user_with("otto")
 
 
 def test_an_anonymous_socket_is_refused():

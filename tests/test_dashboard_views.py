@@ -7,8 +7,6 @@ import io
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -16,37 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from agents import eventlog, services
 from agents.blobstore import BlobStore
 from agents.models import Approval, Artifact, Run
-from tests.conftest import drive_until_idle, make_run
+from tests.conftest import client_for, drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
-
-
-def user_with(name: str, *perms: str):
-    user = get_user_model().objects.create_user(name, password=f"pw-{name}-123")
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return get_user_model().objects.get(pk=user.pk)
-
-
-@pytest.fixture
-def viewer(db):
-    return user_with("vic", "view_run")
-
-
-@pytest.fixture
-def supervisor(db):
-    return user_with("sam", "view_run", "control_run", "decide_approval")
-
-
-@pytest.fixture
-def outsider(db):
-    return user_with("otto")
-
-
-def client_for(user) -> Client:
-    c = Client()
-    c.force_login(user)
-    return c
 
 
 @pytest.fixture
