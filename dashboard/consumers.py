@@ -24,7 +24,7 @@ CATCH_UP_CHUNK = 500
 ALL_PANELS = views.PANELS
 # The run page's panels each kind of event changes. Only those are rendered and sent again: a
 # model turn moves the meters and its session's counters, not the checkpoints or artifacts.
-PANELS = {
+PANELS_BY_KIND = {
     "run.created": {"run-header"},
     "run.status": {"run-header", "meters", "sessions"},
     "run.updated": {"run-header", "meters"},
@@ -43,7 +43,7 @@ PANELS = {
 
 
 def panels_for(rows: list[stream.Row]) -> tuple[str, ...]:
-    wanted = set().union(*(PANELS.get(r.kind, ()) for r in rows)) if rows else set()
+    wanted = set().union(*(PANELS_BY_KIND.get(r.kind, ()) for r in rows)) if rows else set()
     return tuple(p for p in ALL_PANELS if p in wanted)
 
 

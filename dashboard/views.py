@@ -120,39 +120,42 @@ def detail_context(
     """What the run page's panels need (all, or those named), except the events; a handful of
     queries whatever the run's history."""
     limit = None if everything else PANEL_ITEMS
-    context: dict = {
-        "run": run,
-        "rights": rights or access.Rights.of(user, run),
-        "abandoned_ranges": checkpoints.abandoned_ranges(run.pk),
-    }
+    context: dict = {"run": run, "rights": rights or access.Rights.of(user, run)}
     if "meters" in panels or "sessions" in panels:
-        total = Session.objects.filter(run=run).count()
-        context["meters"] = meters(run, total)
         if "sessions" in panels:
-            newest = Session.objects.filter(run=run).order_by("-index")
-            context["sessions"] = list(reversed(newest[:limit] if limit else newest))
-            context["sessions_hidden"] = total - len(context["sessions"])
+            sessions, hidden = first_n(Session.objects.filter(run=run).order_by("-index"), limit)
+            total = len(sessions[:limit]) + hidden
+            context.update({"sessions": sessions[:limit][::-1], "sessions_hidden": hidden})
+        else:
+            total = Session.objects.filter(run=run).count()
+        context["meters"] = meters(run, total)
     if "checkpoints" in panels:
-        items, hidden = timeline(run, context["abandoned_ranges"], limit)
-        context.update({"checkpoints": items, "checkpoints_hidden": hidden})
+        context["abandoned_ranges"] = checkpoints.abandoned_ranges(run.pk)
+        items, hidden = first_n(
+            Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk"),
+            limit,
+        )
+        context["checkpoints"] = timeline(run, items, context["abandoned_ranges"])[:limit]
+        context["checkpoints_hidden"] = hidden
     if "artifacts" in panels:
-        artifacts = Artifact.objects.filter(run=run).order_by("-seq", "-pk")
-        context["artifacts"] = list(artifacts[: limit + 1] if limit else artifacts)
-        context["artifacts_hidden"] = 0
-        if limit and len(context["artifacts"]) > limit:
-            context["artifacts"] = context["artifacts"][:limit]
-            context["artifacts_hidden"] = Artifact.objects.filter(run=run).count() - limit
+        artifacts, hidden = first_n(Artifact.objects.filter(run=run).order_by("-seq", "-pk"), limit)
+        context.update({"artifacts": artifacts[:limit], "artifacts_hidden": hidden})
     return context
 
 
-def timeline(
-    run: Run, ranges: list[tuple[int, int]], limit: int | None = None
-) -> tuple[list[Checkpoint], int]:
-    """The run's newest checkpoints (`limit` of them, or all), newest first, each with what the
-    timeline shows: the checkpoint before it (for "diff with previous"), whether a rewind
-    abandoned it, and its usage; and how many older ones are not shown."""
-    qs = Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk")
-    items = list(qs[: limit + 1] if limit else qs)
+def first_n(qs, limit: int | None) -> tuple[list, int]:
+    """The first `limit` rows of an ordered queryset (all with None), plus the next one when
+    there is one (the timeline's "diff with previous" needs it), and how many rows are left
+    out: one query, and a count only when the list is cut."""
+    if limit is None:
+        return list(qs), 0
+    rows = list(qs[: limit + 1])
+    return rows, (qs.count() - limit if len(rows) > limit else 0)
+
+
+def timeline(run: Run, items: list[Checkpoint], ranges: list[tuple[int, int]]) -> list:
+    """Checkpoints, newest first, each with what the timeline shows: the checkpoint before it
+    (for "diff with previous"), whether a rewind abandoned it, its usage and its checks."""
     for i, c in enumerate(items):
         c.previous = items[i + 1] if i + 1 < len(items) else None
         c.abandoned = stream.in_ranges(c.seq, ranges)
@@ -163,9 +166,7 @@ def timeline(
         c.turns = usage.get("turns") or 0
         c.checks = (c.state or {}).get("checks") or {}
         c.checks_passing = sum(1 for r in c.checks.values() if r.get("passed"))
-    if limit and len(items) > limit:
-        return items[:limit], Checkpoint.objects.filter(run=run).count() - limit
-    return items, 0
+    return items
 
 
 # --- pages -----------------------------------------------------------------------------------
