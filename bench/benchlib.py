@@ -7,11 +7,26 @@ SHIFTLOG_BENCH_PG and SHIFTLOG_BENCH_REDIS name the servers (defaults: this mach
 from __future__ import annotations
 
 import os
+import platform
 import random
+from pathlib import Path
 
 PG_SERVER = os.environ.get("SHIFTLOG_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 REDIS_SERVER = os.environ.get("SHIFTLOG_BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 REDIS_CLAIM = "shiftlog-bench:claim"
+
+
+def machine() -> str:
+    """ "machine: N cores (CPU model), platform": what every benchmark prints first."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, {platform.platform()}"
 
 
 def pg_admin(sql: str, timeout: int = 10) -> None:

@@ -75,6 +75,7 @@ from benchlib import (  # bench/benchlib.py, beside this script
     PG_SERVER,
     REDIS_SERVER,
     claim_redis_db,
+    machine,
     pg_admin,
     pg_available,
     redis_available,
@@ -855,12 +856,6 @@ def parent(args: argparse.Namespace) -> int:
         raise SystemExit(f"stopped by signal {signum}")  # the finally blocks clean up
 
     signal.signal(signal.SIGTERM, on_term)
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     load_start = os.getloadavg()
     notes: list[str] = []
     modes = [m for m in args.modes.split(",") if m]
@@ -974,8 +969,7 @@ def parent(args: argparse.Namespace) -> int:
     print("# Shiftlog live latency and run page time")
     print()
     print(
-        f"- machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, "
-        f"{platform.platform()}; load average {load_start[0]:.2f} / {load_start[1]:.2f} / "
+        f"- {machine()}; load average {load_start[0]:.2f} / {load_start[1]:.2f} / "
         f"{load_start[2]:.2f} (1/5/15 min) at start, {os.getloadavg()[0]:.2f} at the end"
     )
     print(f"- {_versions()}")

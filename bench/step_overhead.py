@@ -49,6 +49,8 @@ import time
 import uuid
 from pathlib import Path
 
+from benchlib import machine  # bench/benchlib.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_SERVER = os.environ.get("SHIFTLOG_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 NOTES = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1, 5))
@@ -355,14 +357,6 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 def _machine(db_results: list[dict]) -> list[str]:
     import sqlite3
 
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     try:
         import django
 
@@ -370,7 +364,7 @@ def _machine(db_results: list[dict]) -> list[str]:
     except ImportError:
         django_version = "?"
     lines = [
-        f"machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, {platform.platform()}",
+        machine(),
         f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"Django {django_version}",
     ]

@@ -79,6 +79,7 @@ from benchlib import (  # bench/benchlib.py, beside this script
     PG_SERVER,
     REDIS_SERVER,
     claim_redis_db,
+    machine,
     pg_admin,
     pg_available,
     redis_available,
@@ -557,17 +558,11 @@ def _fmt(x: float | None, digits: int = 0) -> str:
 def _machine(results: list[dict]) -> list[str]:
     import sqlite3
 
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     import django
     import huey
 
     lines = [
-        f"machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, {platform.platform()}",
+        machine(),
         f"python {platform.python_version()}, Django {django.get_version()}, huey "
         f"{huey.__version__}, SQLite {sqlite3.sqlite_version}",
     ]
