@@ -653,8 +653,9 @@ def test_a_webhook_that_keeps_failing_holds_no_worker_thread_while_it_waits_to_r
         }
         assert len(receiver.bodies) == 3 and receiver.bodies[0]["event"] == "run.succeeded"
         waits = [b - a for a, b in pairwise(receiver.times)]
-        # The backoff doubles (huey's scheduler looks every second, hence the slack).
-        assert 2.9 <= waits[0] < 5 and 5.9 <= waits[1] < 8, waits
+        # The backoff doubles. Only lower bounds: a retry may come late on a loaded machine
+        # (huey's scheduler looks every second), never early.
+        assert waits[0] >= 2.9 and waits[1] >= 5.9 and waits[1] > waits[0], waits
     finally:
         receiver.close()
 
