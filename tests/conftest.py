@@ -85,6 +85,26 @@ def kinds(run: Run) -> list[str]:
     return list(run.events.order_by("seq").values_list("kind", flat=True))
 
 
+FAKE_API_KEY = "sk-ant-test-key-0123456789"
+
+
+@pytest.fixture
+def fake_api(settings):
+    """A local fake Messages API over real HTTP (tests/fake_anthropic.py), with the anthropic
+    provider pointed at it: strict response validation, one retry."""
+    from tests.fake_anthropic import FakeAnthropic
+
+    with FakeAnthropic() as server:
+        settings.SHIFTLOG = {
+            **settings.SHIFTLOG,
+            "ANTHROPIC_API_KEY": FAKE_API_KEY,
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "ANTHROPIC_MAX_RETRIES": 1,
+            "ANTHROPIC_STRICT": True,
+        }
+        yield server
+
+
 @pytest.fixture
 def procs(transactional_db, tmp_path):
     """Real processes (workers, commands) on the test's database; all dead at the end.

@@ -17,7 +17,6 @@ from agents.blobstore import BlobStore
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
-from tests.fake_anthropic import FakeAnthropic
 from tests.procs import dump_events, wait_for
 
 pytestmark = pytest.mark.django_db
@@ -357,28 +356,14 @@ def test_storing_content_already_in_the_store_renews_its_grace_period(db, tmp_pa
 
 
 # --- what a rewind discards, in tokens, dollars and artifacts ---------------------------------
-ANTHROPIC_KEY = "sk-ant-test-key-0123456789"
-
-
-@pytest.fixture
-def fake_api(settings):
-    with FakeAnthropic() as server:
-        settings.SHIFTLOG = {
-            **settings.SHIFTLOG,
-            "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
-            "ANTHROPIC_BASE_URL": server.base_url,
-            "ANTHROPIC_MAX_RETRIES": 1,
-            "ANTHROPIC_STRICT": True,
-            "CHECKPOINT_EVERY": 1,
-        }
-        yield server
 
 
 def tool_use(id_: str, tool: str, /, **tool_input) -> dict:
     return {"type": "tool_use", "id": id_, "name": tool, "input": tool_input}
 
 
-def test_a_rewind_records_the_tokens_dollars_and_artifacts_it_discards(fake_api):
+def test_a_rewind_records_the_tokens_dollars_and_artifacts_it_discards(fake_api, settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "CHECKPOINT_EVERY": 1}
     fake_api.push_message(
         [tool_use("t1", "write_file", path="a.txt", content="first\n")],
         stop_reason="tool_use",

@@ -421,21 +421,6 @@ def test_notes_between_sessions_reach_the_next_session_once_and_break_nothing(db
     assert sum("second gap" in m for m in firsts) == 1
 
 
-@pytest.fixture
-def fake_api(settings):
-    from tests.fake_anthropic import FakeAnthropic
-
-    with FakeAnthropic() as server:
-        settings.SHIFTLOG = {
-            **settings.SHIFTLOG,
-            "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",
-            "ANTHROPIC_BASE_URL": server.base_url,
-            "ANTHROPIC_MAX_RETRIES": 1,
-            "ANTHROPIC_STRICT": True,
-        }
-        yield server
-
-
 def test_cost_budget_warns_at_80_percent_then_pauses_and_raising_it_resumes(fake_api):
     from decimal import Decimal
 
