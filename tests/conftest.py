@@ -85,6 +85,35 @@ def kinds(run: Run) -> list[str]:
     return list(run.events.order_by("seq").values_list("kind", flat=True))
 
 
+@pytest.fixture
+def waiting_run(owner):
+    """The demo at its risky step, waiting for a person: checkpoints at run start, at session
+    1's end and before the approval."""
+    run = drive_until_idle(services.create_demo_run(created_by=owner))
+    assert run.status == "awaiting_approval", run.status_reason
+    return run
+
+
+@pytest.fixture
+def stubborn_agent(monkeypatch):
+    """Runs' agents play their scripts but ignore every request to hand off (the scripted one
+    hands off when asked), so the harness has to write the handoff itself."""
+    from agents import providers
+
+    class Stubborn:
+        name, offline = "stubborn", True
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def next_turn(self, request):
+            request.handoff_requested = False
+            return self.inner.next_turn(request)
+
+    original = providers.for_run
+    monkeypatch.setattr(providers, "for_run", lambda run: Stubborn(original(run)))
+
+
 FAKE_API_KEY = "sk-ant-test-key-0123456789"
 
 

@@ -16,14 +16,6 @@ from tests.conftest import approve_pending, client_for, drive_until_idle, make_r
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def waiting_run(owner):
-    """The demo at its risky step: checkpoints at run start, session 1's end, before approval."""
-    run = drive_until_idle(services.create_demo_run(created_by=owner))
-    assert run.status == "awaiting_approval"
-    return run
-
-
 def cp(run: Run, kind: str) -> Checkpoint:
     return run.checkpoints.get(kind=kind)
 

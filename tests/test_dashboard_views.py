@@ -19,14 +19,6 @@ from tests.conftest import client_for, drive_until_idle, make_run
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def waiting_run(owner):
-    """The demo, stopped at its risky step, waiting for a person."""
-    run = drive_until_idle(services.create_demo_run(created_by=owner))
-    assert run.status == "awaiting_approval"
-    return run
-
-
 # --- logging in --------------------------------------------------------------------------------
 PAGES = ["/", "/runs/new/", "/runs/1/", "/runs/1/events/?before=5", "/approvals/"]
 

@@ -124,28 +124,12 @@ def test_several_tool_calls_in_one_turn_each_get_a_result_in_order(db):
     assert seq_kinds[turn : turn + 7] == ["model.turn"] + ["tool.call", "tool.result"] * 3
 
 
-def test_at_the_turn_limit_the_harness_asks_for_a_handoff_and_writes_one_if_ignored(db):
+def test_at_the_turn_limit_the_harness_asks_for_a_handoff_and_writes_one_if_ignored(
+    stubborn_agent,
+):
     chatter = [{"tool_calls": [call("list_files")]} for _ in range(4)]
     run = make_run(turns=[*chatter, *chatter, finish_turn()], max_turns_per_session=2)
-    # The scripted provider hands off on request; to see the forced handoff we need an agent
-    # that ignores the request, so the script is played by a provider that never hands off.
-    original = providers.for_run
-
-    class Stubborn:
-        name, offline = "stubborn", True
-
-        def __init__(self, inner):
-            self.inner = inner
-
-        def next_turn(self, request):
-            request.handoff_requested = False
-            return self.inner.next_turn(request)
-
-    providers.for_run = lambda r: Stubborn(original(r))
-    try:
-        run = drive_until_idle(run)
-    finally:
-        providers.for_run = original
+    run = drive_until_idle(run)
     first = run.sessions.get(index=1)
     assert first.handoff["forced"] is True
     assert first.turns == 2 + 2  # the limit plus the grace turns

@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from agents import providers, services, verification
+from agents import services, verification
 from agents.blobstore import BlobStore
 from agents.eventlog import describe
 from agents.models import Approval, Artifact, Event, RunStatus
@@ -501,20 +501,7 @@ def test_a_single_protected_file_does_not_protect_its_neighbours(tmp_path):
 
 
 # --- drift at a forced handoff ------------------------------------------------------------------
-class Stubborn:
-    """Plays the script but never hands off when asked, so the harness has to."""
-
-    name, offline = "stubborn", True
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def next_turn(self, request):
-        request.handoff_requested = False
-        return self.inner.next_turn(request)
-
-
-def test_a_forced_handoff_is_measured_for_drift_on_the_agents_last_words(monkeypatch):
+def test_a_forced_handoff_is_measured_for_drift_on_the_agents_last_words(stubborn_agent):
     def chatter(text):
         return [{"text": text, "tool_calls": [call("list_files")]}] * 4  # limit 2 + grace 2
 
@@ -527,8 +514,6 @@ def test_a_forced_handoff_is_measured_for_drift_on_the_agents_last_words(monkeyp
         ],
         max_turns_per_session=2,
     )
-    original = providers.for_run
-    monkeypatch.setattr(providers, "for_run", lambda r: Stubborn(original(r)))
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED
     first, second, _third = run.sessions.order_by("index")
