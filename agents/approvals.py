@@ -14,8 +14,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, lifecycle, policy, queue, sandbox
+from agents import eventlog, lifecycle, policy, sandbox
 from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
+from agents.tasks import enqueue
 
 
 class ApprovalError(ValueError):
@@ -202,7 +203,7 @@ def _resume_if_all_decided(run_id: int, actor: str) -> None:
     lifecycle.transition(
         run_id, RunStatus.QUEUED, actor=actor, reason="every waiting tool call is decided"
     )
-    queue.enqueue(run_id)
+    enqueue(run_id)
 
 
 def expire_due(now=None) -> list[int]:

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import eventlog, lifecycle, policy, queue
+from agents import eventlog, lifecycle, policy
 from agents.blobstore import BlobStore
 from agents.models import (
     Approval,
@@ -38,6 +38,7 @@ from agents.models import (
     SessionStatus,
 )
 from agents.snapshots import Change, Snapshots
+from agents.tasks import enqueue
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "bash"})
 
@@ -330,7 +331,7 @@ def rewind(
             actor=actor,
             reason=f"rewound to checkpoint {checkpoint.pk} by {actor}",
         )
-        queue.enqueue(run_id)
+        enqueue(run_id)
     return discarded
 
 

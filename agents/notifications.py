@@ -18,6 +18,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents import eventlog
+from agents.models import EventKind
+from agents.tasks import deliver_webhook
+
 log = logging.getLogger(__name__)
 
 NOTIFY_STATUSES = frozenset({"paused", "succeeded", "failed"})
@@ -45,8 +49,6 @@ def notify(run, event: str, **details: Any) -> None:
         "at": timezone.now().isoformat(),
         **details,
     }
-    from agents.tasks import deliver_webhook
-
     for url in urls:
         transaction.on_commit(
             lambda url=url: deliver_webhook(run_id=run.pk, url=url, payload=payload)
@@ -98,16 +100,11 @@ def deliver(run_id: int, url: str, payload: dict[str, Any], *, attempt: int = 1)
             error,
             delay,
         )
-        from agents.tasks import deliver_webhook
-
         deliver_webhook.schedule(
             kwargs={"run_id": run_id, "url": url, "payload": payload, "attempt": attempt + 1},
             delay=delay,
         )
         return False
-    from agents import eventlog
-    from agents.models import EventKind
-
     log.warning("webhook %s for run %s failed after %s attempts: %s", url, run_id, attempts, error)
     eventlog.append(
         run_id,

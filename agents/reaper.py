@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import approvals, queue
+from agents import approvals
 from agents.models import DRIVABLE_STATUSES, Run
+from agents.tasks import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,6 @@ def reap(now=None) -> list[int]:
         if cleared:
             if owner:
                 log.warning("run %s: lease of %s expired; queueing it again", run_id, owner)
-            queue.enqueue(run_id)
+            enqueue(run_id)
             requeued.append(run_id)
     return requeued

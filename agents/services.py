@@ -15,10 +15,11 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agents import eventlog, lifecycle, policy, queue
+from agents import eventlog, lifecycle, policy
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
+from agents.tasks import enqueue
 
 DEMO_GOAL = (
     "Write a small Python module textstats.py with word_count(text) and top_words(text, n), "
@@ -234,7 +235,7 @@ def create_run(
             },
             actor=actor or actor_for(created_by),
         )
-        queue.enqueue(run.pk)
+        enqueue(run.pk)
     run.refresh_from_db()
     return run
 
@@ -298,7 +299,7 @@ def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Ru
         run = lifecycle.transition(
             run_id, RunStatus.QUEUED, actor=actor, reason=f"resumed by {actor}"
         )
-        queue.enqueue(run_id)
+        enqueue(run_id)
     return run
 
 

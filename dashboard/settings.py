@@ -149,7 +149,7 @@ REDIS_URL = env_str("REDIS_URL")
 HUEY_IMMEDIATE = env_bool("SHIFTLOG_HUEY_IMMEDIATE", False)
 if REDIS_URL:
     HUEY = {
-        "huey_class": "agents.queue.RedisHuey",
+        "huey_class": "agents.worker.RedisHuey",
         "name": env_str("SHIFTLOG_HUEY_NAME", "shiftlog"),
         "url": REDIS_URL,
         "immediate": HUEY_IMMEDIATE,
@@ -165,7 +165,7 @@ if REDIS_URL:
     }
 else:
     HUEY = {
-        "huey_class": "agents.queue.SqliteHuey",
+        "huey_class": "agents.worker.SqliteHuey",
         "name": "shiftlog",
         # Its own file: huey's polling never contends with the Django database's write lock.
         "filename": env_str("SHIFTLOG_HUEY_DB", str(DATA_DIR / "huey.sqlite3")),

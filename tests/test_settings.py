@@ -75,7 +75,7 @@ def test_database_url_and_redis_url_switch_database_queue_channel_layer_and_live
     assert json.loads(out.stdout) == [
         "django.db.backends.postgresql",
         "shiftlog",
-        "agents.queue.RedisHuey",
+        "agents.worker.RedisHuey",
         "redis://cache.example:6380/2",
         "channels.layers.InMemoryChannelLayer",  # this process's sockets
         "channels_redis.core.RedisChannelLayer",  # between processes
@@ -90,7 +90,7 @@ def test_the_embedded_defaults_are_sqlite_wal_immediate_and_a_separate_huey_file
     assert "journal_mode=WAL" in db["OPTIONS"]["init_command"]
     from dashboard import settings as real
 
-    assert real.HUEY["huey_class"] == "agents.queue.SqliteHuey"
+    assert real.HUEY["huey_class"] == "agents.worker.SqliteHuey"
     assert real.HUEY["filename"] != db["NAME"]
     assert real.HUEY["immediate"] is False
     assert real.HUEY["consumer"]["graceful_signal"] == "TERM"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,7 +30,6 @@ from agents import (
     notifications,
     policy,
     providers,
-    queue,
     sandbox,
     verification,
 )
@@ -57,12 +55,11 @@ from agents.providers.base import ProviderError, Turn, TurnRequest, Usage
 from agents.providers.pricing import cost_usd
 from agents.runtime import prompts
 from agents.runtime.conversation import INTERRUPTED, Conversation
+from agents.tasks import enqueue
+from agents.worker import shutdown_requested
 
 log = logging.getLogger(__name__)
 
-# Set when the worker process is asked to stop gracefully: the current step finishes, the run
-# is handed back to the queue, and nothing is left half-done.
-shutdown_requested = threading.Event()
 
 # Turns the agent gets after being asked for a handoff before the harness writes one itself.
 HANDOFF_GRACE_TURNS = 2
@@ -105,7 +102,7 @@ def drive(run_id: int, *, owner: str | None = None, max_seconds: float | None = 
         leases.release(run_id, owner)
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
     if result in {"handoff", "slice-ended", "shutdown"} and status == RunStatus.RUNNING:
-        queue.enqueue(run_id)
+        enqueue(run_id)
     return Outcome(result, status)
 
 
