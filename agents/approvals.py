@@ -1,20 +1,31 @@
-"""Deciding tool calls that wait for a person.
+"""An approval's whole life: requested by the runtime, decided by a person (or expired, or
+discarded by a rewind), each step an `approval.*` event.
 
-A decision is one conditional UPDATE on a pending approval, so when two people decide at once
-exactly one wins and the other is told who was first. When the last pending approval of a run is
-decided, the run goes back to the queue; no worker waited meanwhile.
+- **request**: every call of a turn that needs a person becomes an Approval row and an
+  `approval.requested` event at once, and the run's webhooks hear of it.
+- **decide**: one conditional UPDATE on a pending approval, so when two people decide at once
+  exactly one wins and the other is told who was first. When the last pending approval of a run
+  is decided, the run goes back to the queue; no worker waited meanwhile.
+- **expire**: a pending approval past its expiry counts as denied; its run pauses.
+- **discard**: a rewind discards the pending approvals of the branch it abandons.
+
+Every ending writes `approval.decided` with the same payload (`decided_payload`), so the inbox,
+the header's count and the log always agree.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, lifecycle, policy, sandbox
+from agents import eventlog, lifecycle, notifications, policy, sandbox, services
+from agents.eventlog import NewEvent
 from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
 from agents.tasks import enqueue
 
@@ -31,6 +42,77 @@ def can_decide(user) -> bool:
     return user is not None and user.is_active and user.has_perm("agents.decide_approval")
 
 
+def decided_payload(approval: Approval, decision: str, comment: str = "", **extra) -> dict:
+    """The payload of every `approval.decided` event, whoever or whatever decided."""
+    return {
+        "approval_id": approval.pk,
+        "tool_use_id": approval.tool_use_id,
+        "tool": approval.tool_name,
+        "decision": decision,
+        "comment": comment,
+        **extra,
+    }
+
+
+# --- request --------------------------------------------------------------------------------
+def request(
+    run: Run,
+    calls: list[tuple[str, str, dict[str, Any], str]],
+    *,
+    session_id: int,
+    seq: int,
+    actor: str,
+    lease_owner: str,
+) -> tuple[dict[str, Approval], eventlog.Appended]:
+    """Ask a person about these calls, (tool_use_id, tool, validated input, why) each: one
+    Approval per call (again for a call asked about before: the same row), one event each."""
+    timeout = run.approval_timeout_seconds or settings.SHIFTLOG["APPROVAL_TIMEOUT_SECONDS"]
+    expires = timezone.now() + timedelta(seconds=timeout) if timeout else None
+    created: dict[str, Approval] = {}
+    events = []
+    with transaction.atomic():
+        for tool_use_id, tool, tool_input, why in calls:
+            approval, _ = Approval.objects.get_or_create(
+                run_id=run.pk,
+                tool_use_id=tool_use_id,
+                defaults={
+                    "session_id": session_id,
+                    "seq": seq,
+                    "tool_name": tool,
+                    "tool_input": tool_input,
+                    "expires_at": expires,
+                },
+            )
+            created[tool_use_id] = approval
+            events.append(
+                NewEvent(
+                    EventKind.APPROVAL_REQUESTED,
+                    {
+                        "approval_id": approval.pk,
+                        "tool_use_id": tool_use_id,
+                        "tool": approval.tool_name,
+                        "input": approval.tool_input,
+                        "reason": why,
+                        "expires_at": approval.expires_at.isoformat()
+                        if approval.expires_at
+                        else None,
+                    },
+                    session_id=session_id,
+                    actor=actor,
+                )
+            )
+        appended = eventlog.append_many(run.pk, events, lease_owner=lease_owner)
+        notifications.notify(
+            run,
+            "approval.requested",
+            approvals=[
+                {"id": a.pk, "tool": a.tool_name, "input": a.tool_input} for a in created.values()
+            ],
+        )
+    return created, appended
+
+
+# --- decide ---------------------------------------------------------------------------------
 def input_diff(tool: str, before: dict[str, Any], after: dict[str, Any]) -> str:
     """A readable diff of an edit: the command for bash, the JSON for everything else."""
     if tool == "bash":
@@ -49,6 +131,29 @@ def input_diff(tool: str, before: dict[str, Any], after: dict[str, Any]) -> str:
     )
 
 
+def parse_edit(approval: Approval, raw: str) -> dict[str, Any]:
+    """The edited input a person typed (web) or passed (CLI): a JSON object with the tool's
+    input, or for bash the command itself. Raises ApprovalError saying what is wrong."""
+    text = (raw or "").replace("\r\n", "\n").strip()
+    if not text:
+        raise ApprovalError("the edited input is empty")
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            if approval.tool_name != "bash":
+                raise ApprovalError(f"the edited input is not valid JSON: {e}") from None
+        else:
+            if not isinstance(value, dict):
+                raise ApprovalError("the edited input must be a JSON object")
+            return value
+    if approval.tool_name == "bash":
+        return {**approval.tool_input, "command": text}
+    raise ApprovalError(
+        f'the edited input for {approval.tool_name} must be a JSON object, e.g. {{"path": …}}'
+    )
+
+
 def _get(approval_id: int) -> Approval:
     try:
         return Approval.objects.select_related("run", "decided_by").get(pk=approval_id)
@@ -63,6 +168,11 @@ def _refused(approval: Approval) -> ApprovalError:
     if approval.status == ApprovalStatus.EXPIRED:
         return ApprovalError(
             f"approval {approval.pk} expired at {when}; it can no longer be decided"
+        )
+    if approval.status == ApprovalStatus.DISCARDED:
+        return ApprovalError(
+            f"approval {approval.pk} was discarded at {when} ({approval.comment}); "
+            "it can no longer be decided"
         )
     return ApprovalError(f"approval {approval.pk} was already {approval.status} by {who} at {when}")
 
@@ -113,26 +223,22 @@ def decide(
         )
         if not won:
             raise _refused(approval)
-        payload: dict[str, Any] = {
-            "approval_id": approval.pk,
-            "tool_use_id": approval.tool_use_id,
-            "tool": approval.tool_name,
-            "decision": status,
-            "comment": comment,
-        }
+        extra = {}
         if edited_input is not None:
-            payload["edited_input"] = edited_input
-            payload["diff"] = input_diff(approval.tool_name, approval.tool_input, edited_input)
+            extra = {
+                "edited_input": edited_input,
+                "diff": input_diff(approval.tool_name, approval.tool_input, edited_input),
+            }
         eventlog.append(
             approval.run_id,
             EventKind.APPROVAL_DECIDED,
-            payload,
+            decided_payload(approval, status, comment, **extra),
             actor=actor,
             session_id=approval.session_id,
         )
         if allow_similar:
             rule = policy.similar_rule(approval.tool_name, edited_input or approval.tool_input)
-            add_rule(
+            services.add_rule(
                 approval.run_id,
                 rule,
                 actor=actor,
@@ -144,58 +250,35 @@ def decide(
     return approval
 
 
-def add_rule(
-    run_id: int, rule: dict[str, Any], *, actor: str, because: str = ""
-) -> list[dict[str, Any]]:
-    run = Run.objects.select_for_update().get(pk=run_id)
-    rules = policy.validate([rule, *run.tool_policy])
-    set_policy(run_id, rules, actor=actor, because=because or "rule added")
-    return rules
-
-
-def set_policy(run_id: int, rules: Any, *, actor: str, because: str = "") -> list[dict[str, Any]]:
-    try:
-        rules = policy.validate(rules)
-    except policy.PolicyError as e:
-        raise ApprovalError(str(e)) from None
-    with transaction.atomic():
-        Run.objects.filter(pk=run_id).update(tool_policy=rules)
-        eventlog.append(
-            run_id, EventKind.RUN_UPDATED, {"tool_policy": rules, "because": because}, actor=actor
-        )
-    return rules
-
-
 def _approve_matching(run_id: int, user, actor: str) -> None:
     """Pending calls that the run's policy now allows are approved along with the rule."""
     run = Run.objects.get(pk=run_id)
-    for other in Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING):
+    for other in Approval.objects.filter(run_id=run_id).pending():
         decision = policy.decide(run.tool_policy, other.tool_name, other.tool_input)
         if decision.action != "allow" or decision.rule is None:
             continue
-        if Approval.objects.filter(pk=other.pk, status=ApprovalStatus.PENDING).update(
-            status=ApprovalStatus.APPROVED,
-            decided_by=user,
-            decided_at=timezone.now(),
-            comment=f"allowed by {decision.reason}",
+        comment = f"allowed by {decision.reason}"
+        if (
+            Approval.objects.filter(pk=other.pk)
+            .pending()
+            .update(
+                status=ApprovalStatus.APPROVED,
+                decided_by=user,
+                decided_at=timezone.now(),
+                comment=comment,
+            )
         ):
             eventlog.append(
                 run_id,
                 EventKind.APPROVAL_DECIDED,
-                {
-                    "approval_id": other.pk,
-                    "tool_use_id": other.tool_use_id,
-                    "tool": other.tool_name,
-                    "decision": ApprovalStatus.APPROVED,
-                    "comment": f"allowed by {decision.reason}",
-                },
+                decided_payload(other, ApprovalStatus.APPROVED, comment),
                 actor=actor,
                 session_id=other.session_id,
             )
 
 
 def _resume_if_all_decided(run_id: int, actor: str) -> None:
-    if Approval.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).exists():
+    if Approval.objects.filter(run_id=run_id).pending().exists():
         return
     run = Run.objects.get(pk=run_id)
     if run.status != RunStatus.AWAITING_APPROVAL:
@@ -206,34 +289,28 @@ def _resume_if_all_decided(run_id: int, actor: str) -> None:
     enqueue(run_id)
 
 
+# --- expire and discard ---------------------------------------------------------------------
 def expire_due(now=None) -> list[int]:
     """Pending approvals past their expiry count as denied ("expired"); their runs pause."""
     now = now or timezone.now()
     expired = []
-    for approval in Approval.objects.filter(status=ApprovalStatus.PENDING, expires_at__lt=now):
+    for approval in Approval.objects.pending().filter(expires_at__lt=now):
         with transaction.atomic():
-            if not Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
-                status=ApprovalStatus.EXPIRED, decided_at=now, comment="expired"
+            if (
+                not Approval.objects.filter(pk=approval.pk)
+                .pending()
+                .update(status=ApprovalStatus.EXPIRED, decided_at=now, comment="expired")
             ):
                 continue
             eventlog.append(
                 approval.run_id,
                 EventKind.APPROVAL_DECIDED,
-                {
-                    "approval_id": approval.pk,
-                    "tool_use_id": approval.tool_use_id,
-                    "tool": approval.tool_name,
-                    "decision": ApprovalStatus.EXPIRED,
-                    "comment": "expired",
-                },
+                decided_payload(approval, ApprovalStatus.EXPIRED, "expired"),
                 actor="harness",
                 session_id=approval.session_id,
             )
             run = Run.objects.get(pk=approval.run_id)
-            if (
-                lifecycle.can_transition(run.status, RunStatus.PAUSED)
-                and run.status == RunStatus.AWAITING_APPROVAL
-            ):
+            if run.status == RunStatus.AWAITING_APPROVAL:
                 lifecycle.transition(
                     run.pk,
                     RunStatus.PAUSED,
@@ -242,3 +319,26 @@ def expire_due(now=None) -> list[int]:
                 )
             expired.append(approval.pk)
     return expired
+
+
+def discard_pending(run_id: int, *, reason: str, actor: str) -> list[int]:
+    """End a run's pending approvals without a decision (a rewind abandoned the calls they
+    asked about): status `discarded` and an `approval.decided` event each. Call it inside the
+    transaction that abandons them."""
+    now = timezone.now()
+    discarded = []
+    for approval in Approval.objects.filter(run_id=run_id).pending():
+        if (
+            Approval.objects.filter(pk=approval.pk)
+            .pending()
+            .update(status=ApprovalStatus.DISCARDED, decided_at=now, comment=reason)
+        ):
+            eventlog.append(
+                run_id,
+                EventKind.APPROVAL_DECIDED,
+                decided_payload(approval, ApprovalStatus.DISCARDED, reason),
+                actor=actor,
+                session_id=approval.session_id,
+            )
+            discarded.append(approval.pk)
+    return discarded

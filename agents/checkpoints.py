@@ -5,7 +5,8 @@ is a root tree digest, so unchanged files cost nothing. The agent's state at tha
 latest handoff and the provider's place, kept on the Checkpoint row.
 
 Rewinding never truncates the log: a run.rewound event records what is discarded, and the events
-after the checkpoint stay where they are, as an abandoned branch (see `abandoned_ranges`).
+after the checkpoint stay where they are, as an abandoned branch (see
+`EventQuerySet.abandoned_ranges`).
 """
 
 from __future__ import annotations
@@ -13,31 +14,26 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from agents import eventlog, lifecycle, policy
-from agents.blobstore import BlobStore
+from agents import approvals, done_conditions, eventlog, lifecycle, policy, services, workspaces
 from agents.models import (
-    Approval,
-    ApprovalStatus,
     Artifact,
     Checkpoint,
     EndReason,
     Event,
     EventKind,
+    ResumeState,
     Run,
     RunScript,
     RunStatus,
     Session,
     SessionStatus,
 )
-from agents.snapshots import Change, Snapshots
+from agents.snapshots import Change
 from agents.tasks import enqueue
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "bash"})
@@ -45,15 +41,6 @@ FILE_TOOLS = frozenset({"write_file", "edit_file", "bash"})
 
 class CheckpointError(ValueError):
     pass
-
-
-def snapshots() -> Snapshots:
-    return Snapshots(BlobStore())
-
-
-def cache_path(run: Run) -> Path:
-    # Outside the workspace: the agent must not be able to see or forge it.
-    return Path(settings.DATA_DIR) / "statcache" / f"run-{run.pk}.json"
 
 
 def protected_originals() -> Iterator[tuple[int, str, str]]:
@@ -70,54 +57,20 @@ def protected_originals() -> Iterator[tuple[int, str, str]]:
             yield run_id, path, fingerprint["hash"]
 
 
-def abandoned_ranges(run_id: int) -> list[tuple[int, int]]:
-    """(after, upto] seq ranges that rewinds turned into abandoned branches."""
-    return [
-        (p["to_seq"], p["from_seq"])
-        for p in Event.objects.filter(run_id=run_id, kind=EventKind.RUN_REWOUND)
-        .order_by("seq")
-        .values_list("payload", flat=True)
-    ]
-
-
-def live_filter(run_id: int) -> Q:
-    """A filter for a run's events that leaves out abandoned branches."""
-    q = Q()
-    for after, upto in abandoned_ranges(run_id):
-        q &= ~Q(seq__gt=after, seq__lte=upto)
-    return q
-
-
-def _latest_checks(run: Run) -> dict[str, dict[str, Any]]:
-    """Each check's latest result on the live branch: the ratchet's reading at a checkpoint."""
-    latest: dict[str, dict[str, Any]] = {}
-    rows = (
-        Event.objects.filter(run_id=run.pk, kind=EventKind.CHECK_RESULT)
-        .filter(live_filter(run.pk))
-        .order_by("seq")
-        .values_list("seq", "payload")
-    )
-    for seq, payload in rows:
-        latest[payload["command"]] = {
-            "passed": payload["passed"],
-            "exit_code": payload.get("exit_code"),
-            "seq": seq,
-            "at": payload.get("at", "finish"),
-        }
-    return latest
-
-
-def _provider_meta(run: Run) -> dict[str, Any]:
+def provider_meta(run: Run) -> dict[str, Any]:
+    """The provider's place on the live branch (a scripted run's position in its script): the
+    latest model turn's, or where a rewind or fork put it."""
     turn = (
-        Event.objects.filter(run_id=run.pk, kind=EventKind.MODEL_TURN)
-        .filter(live_filter(run.pk))
+        Event.objects.on_live_branch(run.pk)
+        .filter(kind=EventKind.MODEL_TURN)
         .order_by("-seq")
         .values_list("payload", flat=True)
         .first()
     )
     if turn is not None:
         return turn.get("meta", {})
-    return (run.resume_state or {}).get("provider_meta", {})
+    resume = run.resume
+    return resume.provider_meta if resume else {}
 
 
 def _latest_handoff(run: Run) -> dict[str, Any] | None:
@@ -129,7 +82,8 @@ def _latest_handoff(run: Run) -> dict[str, Any] | None:
     )
     if session is not None:
         return session.handoff
-    return (run.resume_state or {}).get("handoff")
+    resume = run.resume
+    return resume.handoff if resume else None
 
 
 def create(
@@ -142,7 +96,7 @@ def create(
     lease_owner: str | None = None,
 ) -> Checkpoint:
     run = Run.objects.get(pk=run_id)
-    result = snapshots().snapshot(run.workspace_path, cache_path=cache_path(run))
+    result = workspaces.snapshot(run)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         sessions = Session.objects.filter(run=run).count()
@@ -158,7 +112,7 @@ def create(
             bytes_total=result.bytes_total,
             bytes_added=result.bytes_added,
             handoff=_latest_handoff(run),
-            state={"provider_meta": _provider_meta(run), "checks": _latest_checks(run)},
+            state={"provider_meta": provider_meta(run), "checks": done_conditions.reading(run.pk)},
             usage={
                 "turns": run.turns,
                 "total_tokens": run.total_tokens,
@@ -217,7 +171,7 @@ class Discarded:
 
 
 def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
-    after = Event.objects.filter(run=run, seq__gt=checkpoint.seq).filter(live_filter(run.pk))
+    after = Event.objects.on_live_branch(run.pk).filter(seq__gt=checkpoint.seq)
     by_kind: dict[str, int] = {}
     irreversible = []
     for kind, payload in after.values_list("kind", "payload").iterator(chunk_size=1000):
@@ -229,9 +183,7 @@ def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
             if risks:
                 irreversible.append({"command": command, "risks": risks})
     usage = checkpoint.usage or {}
-    changes = snapshots().diff(
-        checkpoint.tree, run.workspace_path, text_diffs=False, cache_path=cache_path(run)
-    )
+    changes = workspaces.diff_live(run, checkpoint.tree, text_diffs=False)
     return Discarded(
         checkpoint_id=checkpoint.pk,
         from_seq=run.last_seq,
@@ -291,7 +243,7 @@ def rewind(
     _wait_for_no_worker(run_id, wait_seconds)
     run.refresh_from_db()
     discarded = plan_rewind(run, checkpoint)
-    snapshots().restore(checkpoint.tree, run.workspace_path, cache_path=cache_path(run))
+    workspaces.restore(run, checkpoint.tree)
     with transaction.atomic():
         now = timezone.now()
         for session in Session.objects.filter(run=run).exclude(status=SessionStatus.ENDED):
@@ -305,12 +257,9 @@ def rewind(
                 session_id=session.pk,
                 actor=actor,
             )
-        for approval in Approval.objects.filter(run=run, status=ApprovalStatus.PENDING):
-            Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
-                status=ApprovalStatus.EXPIRED,
-                decided_at=now,
-                comment=f"discarded by the rewind to checkpoint {checkpoint.pk}",
-            )
+        approvals.discard_pending(
+            run_id, reason=f"discarded by the rewind to checkpoint {checkpoint.pk}", actor=actor
+        )
         discarded.from_seq = Run.objects.get(pk=run_id).last_seq
         event = eventlog.append(
             run_id, EventKind.RUN_REWOUND, {**discarded.as_dict(), "note": note}, actor=actor
@@ -318,12 +267,7 @@ def rewind(
         Run.objects.filter(pk=run_id).update(
             head_checkpoint=checkpoint,
             branch_seq=event.seq,
-            resume_state={
-                "checkpoint_id": checkpoint.pk,
-                "handoff": checkpoint.handoff,
-                "note": note,
-                "provider_meta": checkpoint.state.get("provider_meta", {}),
-            },
+            resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
         )
         lifecycle.transition(
             run_id,
@@ -361,8 +305,6 @@ def fork(
     goal: str | None = None,
     note: str = "",
 ) -> Run:
-    from agents import services
-
     source = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
     script = RunScript.objects.filter(run=source).values_list("script", flat=True).first()
@@ -391,12 +333,7 @@ def fork(
         acceptance=[{"name": c["name"], "check": c.get("check")} for c in source.acceptance],
         created_by=created_by,
         forked_from=checkpoint,
-        resume_state={
-            "checkpoint_id": checkpoint.pk,
-            "handoff": checkpoint.handoff,
-            "note": note,
-            "provider_meta": checkpoint.state.get("provider_meta", {}),
-        },
+        resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
         actor=actor,
     )
     eventlog.append(
@@ -408,14 +345,10 @@ def fork(
     return new
 
 
-def restore_into(checkpoint: Checkpoint, run: Run) -> None:
-    snapshots().restore(checkpoint.tree, run.workspace_path, cache_path=cache_path(run))
-
-
 # --- diff -----------------------------------------------------------------------------------
 def diff(a: Checkpoint, b: Checkpoint | None) -> list[Change]:
     """Changes from checkpoint a to checkpoint b (of any run: a fork and its origin share one
     store), or to a's live workspace when b is None."""
     if b is not None:
-        return snapshots().diff(a.tree, b.tree)
-    return snapshots().diff(a.tree, a.run.workspace_path, cache_path=cache_path(a.run))
+        return workspaces.store().diff(a.tree, b.tree)
+    return workspaces.diff_live(a.run, a.tree)

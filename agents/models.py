@@ -6,11 +6,14 @@ can pick up any run and a crashed one loses nothing that was committed.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -50,7 +53,68 @@ class RunQuerySet(models.QuerySet):
         return self.filter(status__in=LIVE_STATUSES)
 
     def for_list(self) -> RunQuerySet:
-        return self.select_related("created_by").order_by("-created_at")
+        """Runs with what a runs list shows, in one query: subqueries on indexed columns, no
+        per-row lookups (the latest event comes from the (run, seq) index, not a scan of the
+        log). Newest first."""
+        latest = Event.objects.filter(run=models.OuterRef("pk")).order_by("-seq")
+        session = Session.objects.filter(run=models.OuterRef("pk")).order_by("-index")
+        pending = (
+            Approval.objects.pending()
+            .filter(run=models.OuterRef("pk"))
+            .order_by()
+            .values("run")
+            .annotate(n=models.Count("pk"))
+            .values("n")
+        )
+        return (
+            self.select_related("created_by")
+            .annotate(
+                last_activity=models.Subquery(latest.values("created_at")[:1]),
+                current_session=models.Subquery(session.values("index")[:1]),
+                pending_approvals=Coalesce(
+                    models.Subquery(pending, output_field=models.IntegerField()), 0
+                ),
+            )
+            .order_by("-created_at", "-pk")
+        )
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """Where a run's next session starts after a rewind or a fork: the checkpoint's handoff and
+    provider place, plus a person's note. Written by a rewind and by a fork; the next session
+    reads it once (then it is `consumed`), and the provider's place is read from it until the
+    live branch has a model turn of its own."""
+
+    checkpoint_id: int
+    handoff: dict[str, Any] | None = None
+    note: str = ""
+    provider_meta: dict[str, Any] = field(default_factory=dict)
+    consumed: bool = False
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint, note: str = "") -> ResumeState:
+        return cls(
+            checkpoint_id=checkpoint.pk,
+            handoff=checkpoint.handoff,
+            note=note,
+            provider_meta=(checkpoint.state or {}).get("provider_meta", {}),
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ResumeState | None:
+        if not data:
+            return None
+        return cls(
+            checkpoint_id=data.get("checkpoint_id") or 0,
+            handoff=data.get("handoff"),
+            note=data.get("note") or "",
+            provider_meta=data.get("provider_meta") or {},
+            consumed=bool(data.get("consumed")),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class Run(models.Model):
@@ -141,7 +205,7 @@ class Run(models.Model):
         return f"Run {self.pk}: {self.goal[:60]}"
 
     def get_absolute_url(self) -> str:
-        return reverse("admin:agents_run_change", args=[self.pk])
+        return reverse("run-detail", args=[self.pk])
 
     @property
     def workspace_path(self) -> Path:
@@ -163,6 +227,10 @@ class Run(models.Model):
     @property
     def is_offline(self) -> bool:
         return self.provider == Provider.SCRIPTED
+
+    @property
+    def resume(self) -> ResumeState | None:
+        return ResumeState.from_json(self.resume_state)
 
 
 class RunScript(models.Model):
@@ -274,6 +342,38 @@ class EventQuerySet(models.QuerySet):
     def for_run(self, run_id: int, *, after: int = 0) -> EventQuerySet:
         return self.filter(run_id=run_id, seq__gt=after).order_by("seq")
 
+    # The live branch. A rewind never truncates the log: its run.rewound event records the seq
+    # range it abandoned, and everything that reads a run's state (conversation, checks, the
+    # provider's place, what a rewind would discard, the pages) reads only the live branch.
+    def abandoned_ranges(self, run_id: int) -> list[tuple[int, int]]:
+        """(after, upto] seq ranges that rewinds turned into abandoned branches, oldest first
+        (the run page's script marks rows with the same ranges: see `in_ranges`)."""
+        return [
+            (p["to_seq"], p["from_seq"])
+            for p in self.filter(run_id=run_id, kind=EventKind.RUN_REWOUND)
+            .order_by("seq")
+            .values_list("payload", flat=True)
+        ]
+
+    def on_live_branch(
+        self, run_id: int, ranges: list[tuple[int, int]] | None = None
+    ) -> EventQuerySet:
+        """The run's events, leaving out the abandoned branches (`ranges`, when the caller has
+        read them already)."""
+        qs = self.filter(run_id=run_id)
+        for after, upto in self.abandoned_ranges(run_id) if ranges is None else ranges:
+            qs = qs.exclude(seq__gt=after, seq__lte=upto)
+        return qs
+
+    def check_results(self, run_id: int) -> EventQuerySet:
+        """The harness's check results on the live branch, oldest first."""
+        return self.on_live_branch(run_id).filter(kind=EventKind.CHECK_RESULT).order_by("seq")
+
+
+def in_ranges(seq: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether seq lies on a branch a rewind abandoned (`EventQuerySet.abandoned_ranges`)."""
+    return any(after < seq <= upto for after, upto in ranges)
+
 
 class Event(models.Model):
     """One entry of a run's append-only log. Write through agents.eventlog.append only."""
@@ -379,6 +479,13 @@ class ApprovalStatus(models.TextChoices):
     APPROVED = "approved"
     DENIED = "denied"
     EXPIRED = "expired"
+    # A rewind abandoned the call it asked about: nobody decided it, and nobody can.
+    DISCARDED = "discarded"
+
+
+class ApprovalQuerySet(models.QuerySet):
+    def pending(self) -> ApprovalQuerySet:
+        return self.filter(status=ApprovalStatus.PENDING)
 
 
 class Approval(models.Model):
@@ -399,6 +506,8 @@ class Approval(models.Model):
     edited_input = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApprovalQuerySet.as_manager()
 
     class Meta:
         permissions = [("decide_approval", "Can approve or deny tool calls")]

@@ -1,4 +1,5 @@
-"""What people (and the CLI, admin and dashboard) do to runs: create, pause, resume, cancel, steer.
+"""What people (and the CLI, admin and dashboard) do to runs: create, pause, resume, cancel, steer,
+change the tool policy.
 
 Each action checks its input, goes through lifecycle for status changes, records an event naming
 who did it, and queues work when there is work to do. Views and commands stay thin.
@@ -15,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agents import eventlog, lifecycle, policy
+from agents import eventlog, lifecycle, policy, sandbox, verification, workspaces
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
@@ -191,9 +192,7 @@ def create_run(
             # A leftover from a database that was reset: never mix another run's files in.
             shutil.rmtree(workspace)
         if forked_from is not None:
-            from agents.checkpoints import restore_into
-
-            restore_into(forked_from, run)
+            workspaces.restore(run, forked_from.tree)
         elif source is not None:
             shutil.copytree(source, workspace, symlinks=True)
         else:
@@ -201,8 +200,6 @@ def create_run(
         if protected is not None:
             run.protected = protected  # a fork keeps its origin's fingerprints
         elif protected_paths:
-            from agents import sandbox, verification
-
             try:
                 run.protected = verification.fingerprint(
                     sandbox.Workspace(workspace), protected_paths
@@ -348,3 +345,27 @@ def note_run(run_id: int, text: str, *, actor: str, author: str = "") -> None:
         actor=actor,
         session_id=open_session.pk if open_session else None,
     )
+
+
+def set_policy(run_id: int, rules: Any, *, actor: str, because: str = "") -> list[dict[str, Any]]:
+    """Replace a run's tool policy: validated, then a run.updated event naming who and why (the
+    runtime reads the change from that event at its next step)."""
+    try:
+        rules = policy.validate(rules)
+    except policy.PolicyError as e:
+        raise RunError(str(e), "tool_policy") from None
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(tool_policy=rules)
+        eventlog.append(
+            run_id, EventKind.RUN_UPDATED, {"tool_policy": rules, "because": because}, actor=actor
+        )
+    return rules
+
+
+def add_rule(
+    run_id: int, rule: dict[str, Any], *, actor: str, because: str = ""
+) -> list[dict[str, Any]]:
+    """Put one rule first in a run's tool policy (an "allow similar" decision)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        return set_policy(run_id, [rule, *run.tool_policy], actor=actor, because=because)

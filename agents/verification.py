@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.blobstore import BlobStore
-from agents.models import Event, EventKind, Run
+from agents.models import Event, Run
+from agents.policy import is_folder, is_protected, protected_prefix
 from agents.providers.base import ProviderError, TurnRequest
 
 VERDICT_TOOL = {
@@ -191,16 +192,6 @@ def run_judge(
 CACHE_DIRS = frozenset({"__pycache__", ".pytest_cache"})
 
 
-def _is_folder(fingerprint: dict[str, Any]) -> bool:
-    return bool(fingerprint.get("folder"))
-
-
-def _prefix(folder: str) -> str:
-    """What every path under a protected folder starts with ("" for the whole workspace)."""
-    folder = folder.rstrip("/")
-    return "" if folder in ("", ".") else folder + "/"
-
-
 def fingerprint(workspace, paths: list[str]) -> dict[str, dict[str, Any]]:
     """{path: {hash, size, mode}} for each protected file, and an entry for each protected
     folder (see above) besides its files; the contents go into the blob store so the originals
@@ -249,7 +240,7 @@ def _replaced(workspace, key: str, fingerprint: dict[str, Any]) -> str | None:
     parts = key.rstrip("/").split("/")
     if parts == ["."]:
         return None
-    for i in range(1, len(parts) + (1 if _is_folder(fingerprint) else 0)):
+    for i in range(1, len(parts) + (1 if is_folder(fingerprint) else 0)):
         rel = "/".join(parts[:i])
         path = workspace.path / rel
         if path.is_symlink() or (path.exists() and not path.is_dir()):
@@ -260,7 +251,7 @@ def _replaced(workspace, key: str, fingerprint: dict[str, Any]) -> str | None:
 def _added(workspace, folder: str, prints: dict[str, dict[str, Any]]) -> list[str]:
     """Paths under a protected folder that were not there at creation (links are not followed;
     a link to a folder counts as one added path)."""
-    top = workspace.path / _prefix(folder)
+    top = workspace.path / protected_prefix(folder)
     if not top.is_dir():
         return []
     found = []
@@ -289,7 +280,7 @@ def tampered(workspace, prints: dict[str, dict[str, Any]]) -> list[dict[str, Any
             record(bad, "replaced by a link or a file")
     broken = [f"{rel}/" for rel in found]  # what lies beyond them is not looked at
     for rel, expected in prints.items():
-        if _is_folder(expected):
+        if is_folder(expected):
             if not any(rel.startswith(b) for b in broken):
                 for extra in _added(workspace, rel, prints):
                     path = workspace.path / extra
@@ -343,9 +334,9 @@ def clear_caches(workspace, prints: dict[str, dict[str, Any]]) -> None:
     """Remove the CACHE_DIRS under protected folders (call it once `tampered` finds nothing
     replaced, so no link is on the way)."""
     for rel, fingerprint in prints.items():
-        if not _is_folder(fingerprint) or _replaced(workspace, rel, fingerprint) is not None:
+        if not is_folder(fingerprint) or _replaced(workspace, rel, fingerprint) is not None:
             continue
-        top = workspace.path / _prefix(rel)
+        top = workspace.path / protected_prefix(rel)
         for here, dirs, _files in os.walk(top):
             for name in [d for d in dirs if d in CACHE_DIRS]:
                 dirs.remove(name)
@@ -356,26 +347,15 @@ def clear_caches(workspace, prints: dict[str, dict[str, Any]]) -> None:
                     shutil.rmtree(path)
 
 
-def is_protected(prints: dict[str, dict[str, Any]], rel_path: str) -> bool:
-    """Whether a file tool writing `rel_path` would change what the checks depend on."""
-    rel = rel_path.strip("/")
-    while rel.startswith("./"):
-        rel = rel[2:]
-    if rel in prints:
-        return True
-    return any(_is_folder(p) and (rel + "/").startswith(_prefix(key)) for key, p in prints.items())
-
-
 # --- ratchet ----------------------------------------------------------------------------------
-def regressions(run_id: int, results: list[dict[str, Any]], live) -> list[dict[str, Any]]:
+def regressions(run_id: int, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Checks failing now that passed before on the live branch."""
     failing = {r["command"] for r in results if not r["passed"]}
     if not failing:
         return []
     earlier = (
-        Event.objects.filter(run_id=run_id, kind=EventKind.CHECK_RESULT, payload__passed=True)
-        .filter(live)
-        .order_by("seq")
+        Event.objects.check_results(run_id)
+        .filter(payload__passed=True)
         .values_list("seq", "payload")
     )
     passed_at: dict[str, int] = {}
@@ -386,14 +366,10 @@ def regressions(run_id: int, results: list[dict[str, Any]], live) -> list[dict[s
     ]
 
 
-def check_history(run_id: int, live) -> dict[str, list[dict[str, Any]]]:
+def check_history(run_id: int) -> dict[str, list[dict[str, Any]]]:
+    """Every check's results on the live branch, in order: `show_run --json`'s history."""
     history: dict[str, list[dict[str, Any]]] = {}
-    rows = (
-        Event.objects.filter(run_id=run_id, kind=EventKind.CHECK_RESULT)
-        .filter(live)
-        .order_by("seq")
-        .values_list("seq", "session__index", "payload")
-    )
+    rows = Event.objects.check_results(run_id).values_list("seq", "session__index", "payload")
     for seq, session, payload in rows:
         history.setdefault(payload["command"], []).append(
             {
@@ -512,4 +488,4 @@ def drift(goal: str, handoff: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-__all__ = ["JudgeUnavailable", "ProviderError", "Verdict", "run_judge"]
+__all__ = ["JudgeUnavailable", "ProviderError", "Verdict", "is_protected", "run_judge"]

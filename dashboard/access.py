@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from agents import approvals
-from agents.models import Approval, ApprovalStatus, Run
+from agents.models import Approval, Run
 
 
 def sees_all(user) -> bool:
@@ -67,8 +67,18 @@ def visible_approvals(user) -> QuerySet[Approval]:
     return Approval.objects.filter(run__in=visible_runs(user))
 
 
+def pending_approvals(user) -> QuerySet[Approval]:
+    """What the inbox shows: the waiting tool calls of the runs the user may see, oldest first."""
+    return (
+        visible_approvals(user)
+        .pending()
+        .select_related("run", "decided_by")
+        .order_by("created_at", "pk")
+    )
+
+
 def pending_count(user) -> int:
-    return visible_approvals(user).filter(status=ApprovalStatus.PENDING).count()
+    return visible_approvals(user).pending().count()
 
 
 @dataclass(frozen=True)

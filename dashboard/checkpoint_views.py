@@ -18,8 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents import checkpoints, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.snapshots import display
-from dashboard import access, stream
-from dashboard.views import detail_context
+from dashboard import access, markup, panels
 
 ACTIONS = ("rewind", "fork")
 FILES_SHOWN = 50
@@ -120,7 +119,7 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
         (messages.error if error else messages.success)(request, error or notice)
         return redirect("run-detail", run_id=run.pk)
     run.refresh_from_db()
-    context = detail_context(request.user, run, panels=("checkpoints",))
+    context = panels.context(run, access.Rights.of(request.user, run), panels=("checkpoints",))
     context.update({"checkpoint_error": error, "checkpoint_notice": notice})
     return render(request, "runs/detail.html#checkpoints", context)
 
@@ -142,7 +141,7 @@ def _sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoi
 
 
 def change_view(c) -> dict:
-    lines = stream.diff_lines(c.diff) if c.diff else []
+    lines = markup.diff_lines(c.diff) if c.diff else []
     return {
         "path": display(c.path),
         "status": c.status.replace("_", " "),

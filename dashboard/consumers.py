@@ -16,35 +16,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from agents import checkpoints
-from agents.models import Approval, Run, RunStatus
-from dashboard import access, live, stream, views
+from agents.models import Approval, Event, Run, RunStatus
+from dashboard import access, cards, live, panels, stream
 
 CATCH_UP_CHUNK = 500
-ALL_PANELS = views.PANELS
-# The run page's panels each kind of event changes. Only those are rendered and sent again: a
-# model turn moves the meters and its session's counters, not the checkpoints or artifacts.
-PANELS_BY_KIND = {
-    "run.created": {"run-header"},
-    "run.status": {"run-header", "meters", "sessions"},
-    "run.updated": {"run-header", "meters"},
-    "model.turn": {"meters", "sessions"},
-    "session.started": {"run-header", "meters", "sessions"},
-    "session.ended": {"run-header", "meters", "sessions"},
-    "approval.requested": {"run-header"},
-    "approval.decided": {"run-header"},
-    "artifact.saved": {"artifacts"},
-    "checkpoint.created": {"checkpoints"},
-    "budget.warning": {"run-header", "meters"},
-    "budget.exceeded": {"run-header", "meters"},
-    "run.rewound": set(ALL_PANELS),
-    "run.forked": {"checkpoints"},
-}
-
-
-def panels_for(rows: list[stream.Row]) -> tuple[str, ...]:
-    wanted = set().union(*(PANELS_BY_KIND.get(r.kind, ()) for r in rows)) if rows else set()
-    return tuple(p for p in ALL_PANELS if p in wanted)
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -142,9 +117,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not rows and not always_side:
             return "", after, 0
         if rows:  # a reconnect may catch up on events a rewind has since abandoned
-            stream.mark_abandoned(rows, checkpoints.abandoned_ranges(self.run_id))
-        panels = ALL_PANELS if always_side else panels_for(rows)
-        html = render_run_push(self.run_id, rows, self.rights, panels=panels)
+            stream.mark_abandoned(rows, Event.objects.abandoned_ranges(self.run_id))
+        html = panels.render_push(
+            self.run_id, rows, self.rights, panels.PANELS if always_side else None
+        )
         return html, rows[-1].seq if rows else after, len(rows)
 
     def _events_key(self, events: list[dict[str, Any]]) -> tuple:
@@ -152,7 +128,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def _render_events(self, events: list[dict[str, Any]]) -> str:
         rows = stream.attach_approvals([stream.from_message(e) for e in events])
-        return render_run_push(self.run_id, rows, self.rights, panels=panels_for(rows))
+        return panels.render_push(self.run_id, rows, self.rights)
 
     # --- lists, inbox, header count ----------------------------------------------------------
     async def runs_changed(self, message: dict[str, Any]) -> None:
@@ -171,9 +147,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if approvals:
             parts.append(self._count())
         if self.mode == "list":
-            for r in runs:
-                key = ("row", r["id"], r["seq"], r["created"] and self._shows_new_rows())
-                parts.append(live.cache.get_or_render(key, lambda r=r: self._row(r)))
+            parts += self._rows(runs)
         elif self.mode == "approvals" and approvals:
             parts.append(self._cards(approvals))
         return "".join(parts)
@@ -185,15 +159,25 @@ class LiveConsumer(AsyncWebsocketConsumer):
             and self.query.get("status", "") in {"", RunStatus.QUEUED}
         )
 
-    def _row(self, r: dict[str, Any]) -> str:
-        from dashboard.views import run_row
+    def _rows(self, runs: list[dict[str, Any]]) -> list[str]:
+        """The changed rows of a runs list, rendered once per process for every socket that
+        shows them alike; the runs not rendered yet are read in one query."""
+        new_rows = self._shows_new_rows()
+        keys = {r["id"]: ("row", r["id"], r["seq"], r["created"] and new_rows) for r in runs}
+        missing = [run_id for run_id, key in keys.items() if key not in live.cache]
+        found = Run.objects.filter(pk__in=missing).for_list().in_bulk() if missing else {}
 
-        run = run_row(r["id"])
-        if run is None:
-            return ""
-        if r["created"] and self._shows_new_rows():
-            return render_to_string("runs/list.html#new-row-oob", {"run": run})
-        return render_to_string("runs/list.html#row-oob", {"run": run, "oob": True})
+        def row(run_id: int, new: bool) -> str:
+            # Read again only if the cache let the row go since `missing` was worked out.
+            run = found.get(run_id) or Run.objects.filter(pk=run_id).for_list().first()
+            return render_row(run, new=new)
+
+        return [
+            live.cache.get_or_render(
+                keys[r["id"]], lambda r=r: row(r["id"], r["created"] and new_rows)
+            )
+            for r in runs
+        ]
 
     def _count(self) -> str:
         return render_to_string(
@@ -211,70 +195,39 @@ class LiveConsumer(AsyncWebsocketConsumer):
             approval = found.get(approval_id)
             if approval is None:
                 continue
-            context = {"approval": approval, "can_decide": can, "show_run": True}
-            if kind == "approval.requested" and approval.status == "pending":
-                parts.append(render_to_string("approvals/inbox.html#new-card-oob", context))
-            else:
-                context["oob"] = True
-                parts.append(render_to_string("approvals/inbox.html#approval-card", context))
+            new = kind == "approval.requested" and approval.status == "pending"
+            parts.append(cards.render(approval, can_decide=can, show_run=True, oob=True, new=new))
         return "".join(parts)
 
     def _refresh(self) -> str:
         """After a reconnect: what may have changed while the socket was down."""
         parts = [self._count()]
         if self.mode == "approvals":
-            from dashboard.views import pending_approvals
-
             parts.append(
                 render_to_string(
                     "approvals/inbox.html#approval-list",
                     {
-                        "approvals": list(pending_approvals(self.user)),
+                        "approvals": list(access.pending_approvals(self.user)),
                         "can_decide": access.can_decide(self.user),
                         "oob": True,
                     },
                 )
             )
         elif self.mode == "list":
-            from dashboard.views import runs_for_list
-
             qs = access.visible_runs(self.user)
             if self.query.get("status") in RunStatus.values:
                 qs = qs.filter(status=self.query["status"])
             if self.query.get("q"):
                 qs = qs.filter(goal__icontains=self.query["q"])
             if self.query.get("page", "1") == "1":
-                for run in reversed(list(runs_for_list(qs)[:25])):
-                    parts.append(
-                        render_to_string("runs/list.html#row-oob", {"run": run, "oob": True})
-                    )
+                parts += [render_row(run) for run in reversed(list(qs.for_list()[:25]))]
         return "".join(parts)
 
 
-def render_run_push(
-    run_id: int, rows: list[stream.Row], rights, *, panels: tuple[str, ...] = ()
-) -> str:
-    """The fragments a run page's socket sends for new events: the rows, the approval cards
-    they decide, and (when they change them) the header, meters and side panels."""
-    parts = []
-    if rows:
-        parts.append(
-            render_to_string(
-                "runs/detail.html#events-oob", {"rows": rows, "rights": rights, "run": None}
-            )
-        )
-    decided = [r.payload.get("approval_id") for r in rows if r.kind == "approval.decided"]
-    if decided:
-        for approval in Approval.objects.select_related("run", "decided_by").filter(pk__in=decided):
-            parts.append(
-                render_to_string(
-                    "approvals/inbox.html#approval-card",
-                    {"approval": approval, "can_decide": rights.decide, "oob": True},
-                )
-            )
-    if panels:
-        run = Run.objects.get(pk=run_id)
-        context = {**views.detail_context(None, run, rights=rights, panels=panels), "oob": True}
-        for name in panels:
-            parts.append(render_to_string(f"runs/detail.html#{name}", context))
-    return "".join(parts)
+def render_row(run: Run | None, *, new: bool = False) -> str:
+    """A runs list row, pushed: prepended to the list when new, else swapped in by id."""
+    if run is None:
+        return ""
+    if new:
+        return render_to_string("runs/list.html#new-row-oob", {"run": run})
+    return render_to_string("runs/list.html#row-oob", {"run": run, "oob": True})

@@ -355,6 +355,9 @@ class RenderCache:
         finally:
             del self.rendering[key]
 
+    def __contains__(self, key: Any) -> bool:
+        return key in self.items
+
     def get_or_render(self, key: Any, render) -> str:
         if key in self.items:
             self.items.move_to_end(key)

@@ -1,5 +1,5 @@
-"""The event stream as the page shows it: rows built from Event values, and the fragments
-(template partials) that both the page and its WebSocket push render.
+"""The event stream as the run page shows it: rows built from Event values, read from the
+database or taken from a message of the channel layer.
 
 Rows are built from plain values (not model instances) so the same code serves a page query and a
 message that came through the channel layer.
@@ -7,15 +7,13 @@ message that came through the channel layer.
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from agents.eventlog import describe
-from agents.models import Approval, Event
+from agents.models import Approval, Event, in_ranges
 
 PAGE_SIZE = 50  # events on first open, and per "older" page
 LONG_LINES = 12
@@ -126,11 +124,6 @@ def attach_approvals(rows: list[Row]) -> list[Row]:
     return rows
 
 
-def in_ranges(seq: int, ranges: list[tuple[int, int]]) -> bool:
-    """Whether seq is in one of the (after, upto] ranges of agents.checkpoints.abandoned_ranges."""
-    return any(after < seq <= upto for after, upto in ranges)
-
-
 def mark_abandoned(rows: list[Row], ranges: list[tuple[int, int]]) -> list[Row]:
     """Flag the rows on abandoned branches, from ranges read once (no query per row)."""
     if ranges:
@@ -152,109 +145,3 @@ def newest(run_id: int, *, before: int | None = None, limit: int = PAGE_SIZE) ->
 def after(run_id: int, seq: int, *, limit: int = 1000) -> list[Row]:
     values = Event.objects.for_run(run_id, after=seq).values(*EVENT_FIELDS)[:limit]
     return attach_approvals([Row(**v) for v in values])
-
-
-# --- approvals -------------------------------------------------------------------------------
-def _workspace_file(run, rel: str, limit: int = 200_000) -> str | None:
-    root = run.workspace_path.resolve()
-    try:
-        target = (root / rel).resolve()
-    except (OSError, ValueError):
-        return None
-    if root not in target.parents or not target.is_file() or target.stat().st_size > limit:
-        return None
-    try:
-        return target.read_text(errors="replace")
-    except OSError:
-        return None
-
-
-def _unified(a: str, b: str, before: str, after_: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            a.splitlines(keepends=True),
-            b.splitlines(keepends=True),
-            before,
-            after_,
-        )
-    )
-
-
-def approval_diff(approval: Approval) -> str:
-    """What the call would do, as a diff: the command for bash, the edit for the file tools."""
-    args = approval.edited_input or approval.tool_input or {}
-    if approval.tool_name == "bash":
-        return f"+ $ {args.get('command', '')}"
-    path = str(args.get("path", ""))
-    if approval.tool_name == "edit_file":
-        return _unified(
-            str(args.get("old_string", "")), str(args.get("new_string", "")), path, path
-        )
-    if approval.tool_name == "write_file":
-        current = _workspace_file(approval.run, path) if path else None
-        return _unified(
-            current or "", str(args.get("content", "")), path if current else "/dev/null", path
-        )
-    return json.dumps(args, indent=2, ensure_ascii=False)
-
-
-def diff_lines(text: str) -> list[tuple[str, str]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith(("+++", "---")):
-            cls = "file"
-        elif line.startswith("@@"):
-            cls = "hunk"
-        elif line.startswith("+"):
-            cls = "add"
-        elif line.startswith("-"):
-            cls = "del"
-        else:
-            cls = "ctx"
-        out.append((cls, line))
-    return out
-
-
-def edit_value(approval: Approval) -> str:
-    """What the edit box starts with: the command for bash, the input's JSON otherwise."""
-    if approval.tool_name == "bash":
-        return str(approval.tool_input.get("command", ""))
-    return json.dumps(approval.tool_input, indent=2, ensure_ascii=False)
-
-
-def parse_edit(approval: Approval, raw: str) -> dict[str, Any]:
-    """The edited input from the edit box; raises ValueError with a readable message."""
-    if approval.tool_name == "bash":
-        if not raw.strip():
-            raise ValueError("the command cannot be empty")
-        return {**approval.tool_input, "command": raw.replace("\r\n", "\n")}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise ValueError("the input must be a JSON object")
-    return value
-
-
-def highlight(text: str, filename: str) -> str:
-    """Pygments HTML for a text artifact (Pygments escapes the text itself)."""
-    from pygments import highlight as pyg
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import TextLexer, guess_lexer_for_filename
-    from pygments.util import ClassNotFound
-
-    try:
-        lexer = guess_lexer_for_filename(Path(filename).name, text)
-    except ClassNotFound:
-        lexer = TextLexer()
-    return pyg(text, lexer, HtmlFormatter(cssclass="hl", linenos="table"))
-
-
-def markdown_html(text: str) -> str:
-    """Markdown rendered, then sanitised by nh3: no scripts, no handlers, safe links only."""
-    import markdown
-    import nh3
-
-    html = markdown.markdown(text, extensions=["fenced_code", "tables"])
-    return nh3.clean(html, url_schemes={"http", "https", "mailto"})

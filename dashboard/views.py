@@ -1,17 +1,18 @@
 """The dashboard's pages. Views stay thin: access in dashboard.access, actions in agents.services
-and agents.approvals, fragments in the page templates' partials (the WebSocket pushes the same)."""
+and agents.approvals, the run page's panels in dashboard.panels and approval cards in
+dashboard.cards (the WebSocket pushes the same fragments)."""
 
 from __future__ import annotations
 
+import json
 import mimetypes
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.tokens import default_token_generator
 from django.core.paginator import Paginator
-from django.db.models import Count, IntegerField, OuterRef, Subquery
-from django.db.models.functions import Coalesce
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,154 +20,22 @@ from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, checkpoints, services
+from agents import approvals, services
 from agents.blobstore import BlobStore
 from agents.models import (
-    Approval,
-    ApprovalStatus,
     Artifact,
-    Checkpoint,
     Event,
     Provider,
     Run,
     RunStatus,
-    Session,
 )
 from agents.providers.scripted import builtin_script
-from dashboard import access, stream
+from dashboard import access, cards, markup, panels, stream
 from dashboard.forms import NewRunForm, PolicyForm
 
 RUNS_PER_PAGE = 25
 TEXT_VIEW_LIMIT = 1_000_000
 INLINE_IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp"}  # never SVG: it runs script
-
-
-# --- queries ---------------------------------------------------------------------------------
-def runs_for_list(qs):
-    """Runs with what the list shows, in one query: subqueries on indexed columns, no per-row
-    lookups (the latest event comes from the (run, seq) index, not a scan of the log)."""
-    latest = Event.objects.filter(run=OuterRef("pk")).order_by("-seq").values("created_at")[:1]
-    session = Session.objects.filter(run=OuterRef("pk")).order_by("-index").values("index")[:1]
-    pending = (
-        Approval.objects.filter(run=OuterRef("pk"), status=ApprovalStatus.PENDING)
-        .order_by()
-        .values("run")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return (
-        qs.select_related("created_by")
-        .annotate(
-            last_activity=Subquery(latest),
-            current_session=Subquery(session),
-            pending_approvals=Coalesce(Subquery(pending, output_field=IntegerField()), 0),
-        )
-        .order_by("-created_at", "-pk")
-    )
-
-
-def run_row(run_id: int) -> Run | None:
-    return runs_for_list(Run.objects.filter(pk=run_id)).first()
-
-
-def pending_approvals(user):
-    return (
-        access.visible_approvals(user)
-        .filter(status=ApprovalStatus.PENDING)
-        .select_related("run", "decided_by")
-        .order_by("created_at", "pk")
-    )
-
-
-def meters(run: Run, sessions_used: int) -> list[dict]:
-    def meter(label, used, limit, shown_used, shown_limit):
-        pct = min(100, round(100 * float(used) / float(limit))) if limit else None
-        level = "" if pct is None else "over" if pct >= 100 else "warn" if pct >= 80 else ""
-        return {
-            "label": label,
-            "used": shown_used,
-            "limit": shown_limit if limit else "no limit",
-            "pct": pct,
-            "level": level,
-        }
-
-    return [
-        meter("Tokens", run.total_tokens, run.max_tokens, f"{run.total_tokens:,}",
-              f"{run.max_tokens or 0:,}"),
-        meter("Cost", run.cost_usd, run.max_cost_usd, f"${run.cost_usd:.4f}",
-              f"${run.max_cost_usd or 0:.2f}"),
-        meter("Sessions", sessions_used, run.max_sessions, str(sessions_used),
-              str(run.max_sessions)),
-        meter("Wall time", run.active_seconds, run.max_wall_seconds,
-              f"{run.active_seconds:.0f} s", f"{run.max_wall_seconds} s"),
-    ]  # fmt: skip
-
-
-# The run page's panels, as template partials; a socket re-renders only those an event changes.
-PANELS = ("run-header", "meters", "sessions", "checkpoints", "artifacts")
-# The side panels show this many of the newest items (all with ?all=1): a run with thousands of
-# sessions and checkpoints opens, and is pushed to, as fast as a new one.
-PANEL_ITEMS = 25
-
-
-def detail_context(
-    user,
-    run: Run,
-    *,
-    rights: access.Rights | None = None,
-    panels: tuple[str, ...] = PANELS,
-    everything: bool = False,
-) -> dict:
-    """What the run page's panels need (all, or those named), except the events; a handful of
-    queries whatever the run's history."""
-    limit = None if everything else PANEL_ITEMS
-    context: dict = {"run": run, "rights": rights or access.Rights.of(user, run)}
-    if "meters" in panels or "sessions" in panels:
-        if "sessions" in panels:
-            sessions, hidden = first_n(Session.objects.filter(run=run).order_by("-index"), limit)
-            total = len(sessions[:limit]) + hidden
-            context.update({"sessions": sessions[:limit][::-1], "sessions_hidden": hidden})
-        else:
-            total = Session.objects.filter(run=run).count()
-        context["meters"] = meters(run, total)
-    if "checkpoints" in panels:
-        context["abandoned_ranges"] = checkpoints.abandoned_ranges(run.pk)
-        items, hidden = first_n(
-            Checkpoint.objects.filter(run=run).select_related("session").order_by("-seq", "-pk"),
-            limit,
-        )
-        context["checkpoints"] = timeline(run, items, context["abandoned_ranges"])[:limit]
-        context["checkpoints_hidden"] = hidden
-    if "artifacts" in panels:
-        artifacts, hidden = first_n(Artifact.objects.filter(run=run).order_by("-seq", "-pk"), limit)
-        context.update({"artifacts": artifacts[:limit], "artifacts_hidden": hidden})
-    return context
-
-
-def first_n(qs, limit: int | None) -> tuple[list, int]:
-    """The first `limit` rows of an ordered queryset (all with None), plus the next one when
-    there is one (the timeline's "diff with previous" needs it), and how many rows are left
-    out: one query, and a count only when the list is cut."""
-    if limit is None:
-        return list(qs), 0
-    rows = list(qs[: limit + 1])
-    return rows, (qs.count() - limit if len(rows) > limit else 0)
-
-
-def timeline(run: Run, items: list[Checkpoint], ranges: list[tuple[int, int]]) -> list:
-    """Checkpoints, newest first, each with what the timeline shows: the checkpoint before it
-    (for "diff with previous"), whether a rewind abandoned it, its usage and its checks."""
-    for i, c in enumerate(items):
-        c.previous = items[i + 1] if i + 1 < len(items) else None
-        c.abandoned = stream.in_ranges(c.seq, ranges)
-        c.is_head = c.pk == run.head_checkpoint_id
-        usage = c.usage or {}
-        c.tokens = int(usage.get("total_tokens") or 0)
-        c.cost = usage.get("cost_usd") or "0"
-        c.turns = usage.get("turns") or 0
-        c.checks = (c.state or {}).get("checks") or {}
-        c.checks_passing = sum(1 for r in c.checks.values() if r.get("passed"))
-    return items
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -182,7 +51,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     q = request.GET.get("q", "").strip()
     if q:
         qs = qs.filter(goal__icontains=q)
-    page = Paginator(runs_for_list(qs), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(qs.for_list(), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "page": page,
         "status": status,
@@ -236,8 +105,6 @@ def new_run(request: HttpRequest) -> HttpResponse:
 
 
 def _demo_script() -> dict:
-    from django.conf import settings
-
     script = builtin_script("demo")
     script["turn_delay_seconds"] = settings.SHIFTLOG["DEMO_TURN_DELAY_SECONDS"]
     return script
@@ -247,7 +114,9 @@ def _demo_script() -> dict:
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.get_run_for_user(request.user, run_id)
-    context = detail_context(request.user, run, everything=request.GET.get("all") == "1")
+    context = panels.context(
+        run, access.Rights.of(request.user, run), everything=request.GET.get("all") == "1"
+    )
     rows = stream.mark_abandoned(stream.newest(run.pk), context["abandoned_ranges"])
     context.update(
         {
@@ -262,8 +131,6 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _json(value) -> str:
-    import json
-
     return json.dumps(value, indent=2)
 
 
@@ -277,7 +144,7 @@ def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
     except (KeyError, ValueError):
         raise Http404("before=SEQ is required") from None
     rows = stream.mark_abandoned(
-        stream.newest(run.pk, before=before), checkpoints.abandoned_ranges(run.pk)
+        stream.newest(run.pk, before=before), Event.objects.abandoned_ranges(run.pk)
     )
     context = {
         "run": run,
@@ -297,7 +164,7 @@ def _header_response(request, run: Run, *, error: str = "", notice: str = "") ->
             messages.success(request, notice)
         return redirect("run-detail", run_id=run.pk)
     run.refresh_from_db()
-    context = detail_context(request.user, run, panels=("run-header",))
+    context = panels.context(run, access.Rights.of(request.user, run), panels=("run-header",))
     context.update({"error": error, "notice": notice})
     return render(request, "runs/detail.html#run-header", context)
 
@@ -356,14 +223,14 @@ def run_policy(request: HttpRequest, run_id: int) -> HttpResponse:
     saved = False
     if form.is_valid():
         try:
-            approvals.set_policy(
+            services.set_policy(
                 run.pk,
                 form.cleaned_data["rules"],
                 actor=services.actor_for(request.user),
                 because="changed in the dashboard",
             )
             saved = True
-        except approvals.ApprovalError as e:
+        except services.RunError as e:
             form.add_error("rules", str(e))
     run.refresh_from_db()
     if not request.htmx:
@@ -416,9 +283,9 @@ def artifact_view(request: HttpRequest, run_id: int, artifact_id: int) -> HttpRe
             if kind == "binary" and b"\0" not in data[:8000]:
                 kind = context["kind"] = "text"
             if kind == "text":
-                context["html"] = stream.highlight(data.decode("utf-8", "replace"), artifact.name)
+                context["html"] = markup.highlight(data.decode("utf-8", "replace"), artifact.name)
             elif kind == "markdown":
-                context["html"] = stream.markdown_html(data.decode("utf-8", "replace"))
+                context["html"] = markup.markdown_html(data.decode("utf-8", "replace"))
     return render(request, "runs/artifact.html", context)
 
 
@@ -445,7 +312,7 @@ def artifact_download(request: HttpRequest, run_id: int, artifact_id: int) -> Ht
 @login_required
 @require_GET
 def approvals_inbox(request: HttpRequest) -> HttpResponse:
-    items = list(pending_approvals(request.user))
+    items = list(access.pending_approvals(request.user))
     return render(
         request,
         "approvals/inbox.html",
@@ -473,10 +340,7 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
                 allow_similar=request.POST.get("allow_similar") == "1",
             )
         elif decision == "edit":
-            try:
-                edited = stream.parse_edit(approval, request.POST.get("edited", ""))
-            except ValueError as e:
-                raise approvals.ApprovalError(str(e)) from None
+            edited = approvals.parse_edit(approval, request.POST.get("edited", ""))
             approvals.decide(
                 approval.pk, user=request.user, approve=True, edited_input=edited, comment=comment
             )
@@ -493,17 +357,14 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         if error:
             messages.error(request, error)
         return redirect(request.POST.get("next") or reverse("approvals"))
-    return render(
-        request,
-        "approvals/inbox.html#approval-card",
-        {
-            "approval": approval,
-            "can_decide": access.can_decide(request.user),
-            "error": error,
-            "show_run": request.POST.get("show_run") == "1",
-        },
-        status=status,
+    card = cards.render(
+        approval,
+        can_decide=access.can_decide(request.user),
+        show_run=request.POST.get("show_run") == "1",
+        error=error,
+        request=request,
     )
+    return HttpResponse(card, status=status)
 
 
 # --- logging in ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agents import approvals, reaper, services, tasks
+from agents import reaper, services, tasks
 from agents.approvals import ApprovalError, NotAllowed, decide
 from agents.models import Approval, Event, Run, RunStatus
 from agents.runtime.loop import drive
@@ -240,14 +240,14 @@ def test_an_ask_rule_gates_a_tool_the_classifier_would_allow(db):
 
 def test_a_policy_change_while_running_is_an_event_and_takes_effect(decider):
     run = drive_until_idle(risky_run())
-    approvals.set_policy(run.pk, [{"tool": "bash", "action": "allow"}], actor="user:dana")
+    services.set_policy(run.pk, [{"tool": "bash", "action": "allow"}], actor="user:dana")
     assert Event.objects.filter(run=run, kind="run.updated").get().actor == "user:dana"
     approve_pending(run, decider)
     later = make_run(turns=[{"tool_calls": [call("bash", command="rm -rf x")]}, finish_turn()])
-    approvals.set_policy(later.pk, [{"tool": "bash", "action": "allow"}], actor="user:dana")
+    services.set_policy(later.pk, [{"tool": "bash", "action": "allow"}], actor="user:dana")
     assert drive_until_idle(later).status == RunStatus.SUCCEEDED
-    with pytest.raises(ApprovalError, match="action must be one of"):
-        approvals.set_policy(later.pk, [{"tool": "bash", "action": "sure"}], actor="user:dana")
+    with pytest.raises(services.RunError, match="action must be one of"):
+        services.set_policy(later.pk, [{"tool": "bash", "action": "sure"}], actor="user:dana")
 
 
 # Runs until the test creates `go` (15 s at most), so the test acts while the command runs.
@@ -286,7 +286,7 @@ def test_a_policy_changed_while_a_slice_runs_governs_the_next_tool_call_of_that_
             what="the first tool call to start",
             details=lambda: dump_events(run.pk),
         )
-        approvals.set_policy(
+        services.set_policy(
             run.pk, [{"tool": "bash", "pattern": "second", "action": "deny"}], actor="user:dana"
         )
     finally:

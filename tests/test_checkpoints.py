@@ -12,7 +12,7 @@ from itertools import pairwise
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents import checkpoints, services
+from agents import checkpoints, services, workspaces
 from agents.blobstore import BlobStore
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus
 from agents.runtime.conversation import INTERRUPTED
@@ -41,7 +41,7 @@ def blob_count() -> int:
 
 
 def workspace_tree(run: Run) -> str:
-    return checkpoints.snapshots().snapshot(run.workspace_path).tree
+    return workspaces.store().snapshot(run.workspace_path).tree
 
 
 def test_the_demo_checkpoints_at_start_session_ends_and_before_approval(decider):
@@ -94,7 +94,7 @@ def test_rewinding_the_demo_to_a_mid_run_checkpoint_and_it_continues_to_success(
     assert rewound.payload["artifacts"] == []  # session 2 saved none before its approval wait
     assert any(f["path"] == "textstats.py" for f in discarded.files)
     assert run.sessions.get(index=2).end_reason == "rewound"
-    assert checkpoints.abandoned_ranges(run.pk) == [(target.seq, rewound.payload["from_seq"])]
+    assert Event.objects.abandoned_ranges(run.pk) == [(target.seq, rewound.payload["from_seq"])]
     # The next session starts from the checkpoint's handoff and the note; the script, rewound
     # with it, plays session 2's steps again, risky one included.
     run = drive_until_idle(run)
@@ -269,9 +269,7 @@ def test_verify_store_finds_a_corrupt_blob_and_prune_keeps_what_is_referenced(db
     assert not BlobStore().exists(orphan)
     assert "store OK" in cli("verify_store")  # everything referenced survived
     digest = run.checkpoints.order_by("-seq").first()
-    blob = next(
-        e.hash for e in checkpoints.snapshots().files(digest.tree).values() if e.path == "a.txt"
-    )
+    blob = next(e.hash for e in workspaces.store().files(digest.tree).values() if e.path == "a.txt")
     BlobStore().path(blob).chmod(0o644)
     BlobStore().path(blob).write_bytes(b"tampered")
     with pytest.raises(CommandError, match="problem"):

@@ -571,7 +571,7 @@ def test_the_run_page_shows_regressions_and_tampering_prominently_and_verdicts_p
 def test_a_run_with_many_sessions_and_checkpoints_shows_the_newest_and_all_on_request(owner):
     from agents import checkpoints as cps
     from agents.models import Checkpoint, Session
-    from dashboard.views import PANEL_ITEMS
+    from dashboard.panels import PANEL_ITEMS
 
     run = make_run(created_by=owner)
     Session.objects.bulk_create(Session(run=run, index=i) for i in range(1, PANEL_ITEMS + 6))

@@ -4,24 +4,24 @@ import json
 
 from django import template
 
-from dashboard import stream
+from dashboard import cards, markup, stream
 
 register = template.Library()
 
 
 @register.filter
 def approval_diff(approval) -> list[tuple[str, str]]:
-    return stream.diff_lines(stream.approval_diff(approval))
+    return cards.call_diff_lines(approval)
 
 
 @register.filter
 def diff_lines(text: str) -> list[tuple[str, str]]:
-    return stream.diff_lines(text or "")
+    return markup.diff_lines(text or "")
 
 
 @register.filter
 def edit_value(approval) -> str:
-    return stream.edit_value(approval)
+    return cards.edit_value(approval)
 
 
 @register.filter

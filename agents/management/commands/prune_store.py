@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from agents.checkpoints import protected_originals, snapshots
+from agents.checkpoints import protected_originals
 from agents.models import Artifact, Checkpoint
+from agents.workspaces import store as snapshots
 
 
 class Command(BaseCommand):

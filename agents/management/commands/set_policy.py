@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents.approvals import ApprovalError, set_policy
 from agents.management.base import RunCommand, acting, fail, get_run
+from agents.services import RunError, set_policy
 
 
 class Command(RunCommand):
@@ -35,6 +35,6 @@ class Command(RunCommand):
             raise fail(f"the rules are not valid JSON: {e}") from None
         try:
             rules = set_policy(run.pk, rules, actor=actor, because="set from the command line")
-        except ApprovalError as e:
+        except RunError as e:
             raise fail(str(e)) from None
         self.stdout.write(f"run {run.pk}: {len(rules)} rule(s) set")

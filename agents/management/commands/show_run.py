@@ -4,7 +4,7 @@ import json
 
 from django.conf import settings
 
-from agents import checkpoints, verification
+from agents import verification
 from agents.management.base import RunCommand, get_run
 from agents.models import ApprovalStatus
 
@@ -70,7 +70,7 @@ def run_summary(run) -> dict:
             .select_related("session")
             .order_by("seq")
         ],
-        "checks_history": verification.check_history(run.pk, checkpoints.live_filter(run.pk)),
+        "checks_history": verification.check_history(run.pk),
         "regressions": [
             e.payload for e in run.events.filter(kind="check.regressed").order_by("seq")
         ],

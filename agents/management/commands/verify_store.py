@@ -3,9 +3,10 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from agents.blobstore import BlobStore
-from agents.checkpoints import protected_originals, snapshots
+from agents.checkpoints import protected_originals
 from agents.management.base import fail
 from agents.models import Artifact, Checkpoint
+from agents.workspaces import store as snapshots
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents import sandbox
-from agents.models import Event, EventKind
+from agents.models import Event
 
 
 def run_checks(
@@ -61,17 +61,30 @@ def summary(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def latest_results(run_id: int) -> list[dict[str, Any]]:
-    """The most recent result of each check, in the order the checks were last run."""
-    latest: dict[str, dict[str, Any]] = {}
-    from agents.checkpoints import live_filter
+def latest(run_id: int) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Each check's latest result on the live branch, {command: (seq, payload)}, in the order
+    the checks were last run."""
+    found: dict[str, tuple[int, dict[str, Any]]] = {}
+    for seq, payload in Event.objects.check_results(run_id).values_list("seq", "payload"):
+        found.pop(payload["command"], None)
+        found[payload["command"]] = (seq, payload)
+    return found
 
-    payloads = (
-        Event.objects.filter(run_id=run_id, kind=EventKind.CHECK_RESULT)
-        .filter(live_filter(run_id))
-        .order_by("-seq")
-        .values_list("payload", flat=True)[:50]
-    )
-    for payload in reversed(list(payloads)):
-        latest[payload["command"]] = payload
-    return list(latest.values())
+
+def latest_results(run_id: int) -> list[dict[str, Any]]:
+    """The most recent result of each check, in the order the checks were last run: what a new
+    session is told."""
+    return [payload for _, payload in latest(run_id).values()]
+
+
+def reading(run_id: int) -> dict[str, dict[str, Any]]:
+    """The ratchet's reading, kept on every checkpoint: each check's latest result in brief."""
+    return {
+        command: {
+            "passed": payload["passed"],
+            "exit_code": payload.get("exit_code"),
+            "seq": seq,
+            "at": payload.get("at", "finish"),
+        }
+        for command, (seq, payload) in latest(run_id).items()
+    }

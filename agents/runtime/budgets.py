@@ -1,0 +1,61 @@
+"""A run's budgets, checked before every step: tokens, dollars, active wall time (and, when a
+session starts, the number of sessions). A `budget.warning` at 80% of any of them; at 100% the run
+pauses with the reason, so a person can raise the budget and resume."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Any, NoReturn
+
+from agents.eventlog import NewEvent
+from agents.models import EventKind, Run, RunStatus
+from agents.runtime.slice import Slice, SliceOver, SliceResult
+
+BUDGET_WARNING_AT = 0.8
+
+
+class Budgets:
+    def __init__(self, s: Slice) -> None:
+        self.s = s
+
+    def check(self) -> None:
+        run = self.s.run
+        active = run.active_seconds + (time.monotonic() - self.s.started)
+        limits = [
+            ("tokens", run.total_tokens, run.max_tokens, "max tokens ({limit}) reached"),
+            ("cost", run.cost_usd, run.max_cost_usd, "max cost (${limit}) reached"),
+            ("wall time", active, run.max_wall_seconds, "max wall time ({limit} s) reached"),
+        ]
+        for name, used, limit, message in limits:
+            if limit:
+                if used >= limit:
+                    self.exceed(message.format(limit=limit))
+                self.warn_if_near(name, used, limit)
+
+    def warn_if_near(self, name: str, used: Any, limit: Any) -> None:
+        run = self.s.run
+        if (
+            not limit
+            or name in run.budget_warnings
+            or used < Decimal(str(limit)) * Decimal(str(BUDGET_WARNING_AT))
+        ):
+            return
+        run.budget_warnings = [*run.budget_warnings, name]
+        Run.objects.filter(pk=run.pk).update(budget_warnings=run.budget_warnings)
+        # Budget events belong to the run, not to a session.
+        self.s.append(
+            NewEvent(
+                EventKind.BUDGET_WARNING,
+                {"budget": name, "used": str(used), "limit": str(limit)},
+                actor=self.s.owner,
+            )
+        )
+
+    def exceed(self, reason: str) -> NoReturn:
+        """Pause the run with the reason; the slice ends."""
+        s = self.s
+        s.append(NewEvent(EventKind.BUDGET_EXCEEDED, {"reason": reason}, actor=s.owner))
+        s.transition(RunStatus.PAUSED, reason=f"budget: {reason}; raise it and resume")
+        s.suspend_session()
+        raise SliceOver(SliceResult.PAUSED)

@@ -1,0 +1,151 @@
+"""Running a turn's tool calls, in the model's order, each at most once.
+
+A call's `tool.call` event is committed before the tool runs and its `tool.result` after, so a
+worker that dies mid-tool leaves a call without a result: the next slice closes it as interrupted
+(`recover`) instead of running it again. Workspace tools run in the sandbox; the harness tools
+(save_artifact, handoff, finish) are the harness's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from agents import checkpoints, sandbox
+from agents.eventlog import NewEvent
+from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
+from agents.runtime.conversation import INTERRUPTED
+from agents.runtime.finish import Finish
+from agents.runtime.gate import Cleared, Gate, GatedCall
+from agents.runtime.sessions import Sessions
+from agents.runtime.slice import Slice
+
+
+def call_event(
+    s: Slice,
+    block: dict[str, Any],
+    tool_input: dict[str, Any] | None = None,
+    approval: Approval | None = None,
+) -> NewEvent:
+    """The `tool.call` event of a call, with the input it runs with."""
+    payload = {
+        "tool_use_id": block["id"],
+        "name": block["name"],
+        "input": block.get("input") if tool_input is None else tool_input,
+    }
+    if approval is not None:
+        payload["approval_id"] = approval.pk
+    return s.event(EventKind.TOOL_CALL, payload, actor="agent")
+
+
+class Calls:
+    def __init__(self, s: Slice, gate: Gate, sessions: Sessions, finish: Finish) -> None:
+        self.s = s
+        self.gate = gate
+        self.sessions = sessions
+        self.finish = finish
+
+    def run(self, calls: list[GatedCall], *, first_called: bool = False) -> None:
+        """Run the calls in order; `first_called` when the first one's tool.call went in with
+        the model's turn. Every call that needs a person is asked about first, at once, so people
+        can decide them side by side."""
+        self.gate.ask(calls)
+        for i, call in enumerate(calls):
+            self._run_one(call, already_called=first_called and i == 0)
+
+    def _run_one(self, call: GatedCall, *, already_called: bool) -> None:
+        s = self.s
+        if call.tool_input is None:
+            s.record_result(call.block, sandbox.ToolResult(output=call.error, is_error=True))
+            return
+        cleared = self.gate.clear(call)
+        if cleared is None:
+            return  # denied: the reason is the tool's result
+        if not already_called:
+            s.append(call_event(s, call.block, cleared.tool_input, cleared.approval))
+            s.conv.add_tool_call(call.id)
+        self._execute(call.block, cleared)
+
+    def _execute(self, block: dict[str, Any], cleared: Cleared) -> None:
+        s, name, tool_input = self.s, block["name"], cleared.tool_input
+        if name in sandbox.WORKSPACE_TOOLS:
+            result = sandbox.execute(
+                s.workspace,
+                name,
+                tool_input,
+                should_stop=s.heartbeat,
+                bash_timeout=settings.SHIFTLOG["BASH_TIMEOUT_SECONDS"],
+                output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+                isolation=settings.SHIFTLOG["ISOLATION"] or None,
+            )
+            if cleared.note:
+                result.output = f"{cleared.note}\n\n{result.output}"
+            s.record_result(block, result)
+            if name in checkpoints.FILE_TOOLS:
+                s.file_changes += 1
+                every = settings.SHIFTLOG["CHECKPOINT_EVERY"]
+                if every and s.file_changes >= every:
+                    s.checkpoint(
+                        CheckpointKind.PERIODIC, f"after {s.file_changes} file-changing tool calls"
+                    )
+        elif name == "save_artifact":
+            s.record_result(block, self._save_artifact(tool_input))
+        elif name == "handoff":
+            self.sessions.hand_off(
+                {
+                    "summary": tool_input["summary"],
+                    "done": tool_input.get("done", []),
+                    "next_steps": tool_input.get("next_steps", []),
+                    "open_questions": tool_input.get("open_questions", []),
+                },
+                before_end=lambda: s.record_result(
+                    block, sandbox.ToolResult(output="Handoff saved. This session ends now.")
+                ),
+            )
+        elif name == "finish":
+            self.finish.finish(block)
+
+    def _save_artifact(self, tool_input: dict[str, Any]) -> sandbox.ToolResult:
+        try:
+            path = self.s.workspace.resolve(tool_input["path"])
+            data = path.read_bytes()
+        except sandbox.ToolInputError as e:
+            return sandbox.ToolResult(output=str(e), is_error=True)
+        except OSError as e:
+            return sandbox.ToolResult(
+                output=f"cannot read {tool_input['path']}: {e.strerror}", is_error=True
+            )
+        name = tool_input.get("name") or tool_input["path"]
+        artifact = self.s.store_artifact(name, tool_input.get("kind", ArtifactKind.FILE), data)
+        return sandbox.ToolResult(
+            output=f"Saved artifact {name!r} ({artifact.size} bytes).",
+            data={"artifact_id": artifact.pk, "blob": artifact.blob_hash},
+        )
+
+    # --- after a dead worker ------------------------------------------------------------
+    def recover(self) -> None:
+        """Close what a dead worker left open, so tools run at most once, and run the calls of
+        the last turn that never started (those a person has decided since, among them)."""
+        s = self.s
+        interrupted, not_started = s.conv.unfinished_tool_uses()
+        for block in interrupted:
+            s.record_result(
+                block,
+                sandbox.ToolResult(output=INTERRUPTED, is_error=True, data={"interrupted": True}),
+            )
+        if interrupted:
+            s.append(
+                s.event(
+                    EventKind.ERROR,
+                    {
+                        "source": "recovery",
+                        "message": f"a worker stopped mid-tool; closed {len(interrupted)} tool "
+                        "call(s) as interrupted without running them again",
+                    },
+                )
+            )
+        if not_started:
+            self.run(self.gate.plan(not_started))
+        if interrupted or not_started:
+            self.sessions.stop_unless_running()

@@ -1,0 +1,240 @@
+"""Finishing: the agent's word that it is done is never enough.
+
+When the agent calls `finish`, the run goes to `verifying` and the harness runs the
+done-conditions itself (protected files put back first), records each result, the ratchet's
+regressions and the acceptance criteria, and then, if a rubric is set, asks the judge. Only when
+everything passes does the session end and the run succeed; otherwise the agent reads why and
+carries on. The same checks run at every handoff (the ratchet), so slipping progress shows even if
+the agent never calls finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from django.conf import settings
+from django.db.models import F
+
+from agents import done_conditions, sandbox, verification, workspaces
+from agents.models import (
+    ArtifactKind,
+    Checkpoint,
+    CheckpointKind,
+    EndReason,
+    Event,
+    EventKind,
+    Run,
+    RunStatus,
+)
+from agents.providers.base import ProviderError, Usage
+from agents.providers.pricing import cost_usd
+from agents.runtime.sessions import Sessions
+from agents.runtime.slice import Slice, SliceOver, SliceResult
+from agents.runtime.turns import Turns
+
+
+@dataclass
+class Verification:
+    """What one run of the done-conditions found."""
+
+    passed: bool
+    results: list[dict[str, Any]]  # every check run, acceptance checks included
+    required: list[dict[str, Any]]  # the run's own done-conditions among them
+    notes: list[str] = field(default_factory=list)  # what the agent must know beyond them
+
+
+class Finish:
+    def __init__(self, s: Slice, sessions: Sessions, turns: Turns) -> None:
+        self.s = s
+        self.sessions = sessions
+        self.turns = turns  # the judge is a model call: it fails as a turn does
+
+    def finish(self, block: dict[str, Any]) -> None:
+        """The agent called finish: verify; succeed (the slice ends) or tell it what fails."""
+        s = self.s
+        s.transition(
+            RunStatus.VERIFYING,
+            reason="the agent called finish; running the done-conditions",
+            expect={RunStatus.RUNNING},
+        )
+        outcome = self.verify(at="finish")
+        passed, notes = outcome.passed, outcome.notes
+        if passed and verification.criteria_of(s.run):
+            verdict = self._judge(outcome.results)
+            passed = verdict.passed
+            if not verdict.passed:
+                notes.append(
+                    "The judge did not accept the work:\n"
+                    + "\n".join(f"- {c['criterion']}: {c['reason']}" for c in verdict.failures())
+                )
+        summary = "\n\n".join([done_conditions.summary(outcome.required), *notes])
+        s.store_artifact(
+            f"checks-session-{s.session.index}-turn-{s.session.turns}.md",
+            ArtifactKind.REPORT,
+            f"# Done-conditions\n\n{summary}\n".encode(),
+            "text/markdown",
+        )
+        if passed:
+            self._succeed(block, summary)
+        s.transition(
+            RunStatus.RUNNING,
+            reason="done-conditions not met; the agent continues",
+            expect={RunStatus.VERIFYING},
+        )
+        s.record_result(block, sandbox.ToolResult(output=summary, is_error=True))
+
+    def _succeed(self, block: dict[str, Any], summary: str) -> NoReturn:
+        s = self.s
+        s.record_result(block, sandbox.ToolResult(output=summary))
+        self.sessions.end(EndReason.FINISHED)
+        s.transition(
+            RunStatus.SUCCEEDED, reason="every done-condition passed", expect={RunStatus.VERIFYING}
+        )
+        raise SliceOver(SliceResult.SUCCEEDED)
+
+    def ratchet(self) -> None:
+        """At a handoff: the ratchet's reading at this checkpoint."""
+        if settings.SHIFTLOG["CHECKS_AT_SESSION_END"]:
+            self.verify(at="session_end")
+
+    def verify(self, *, at: str) -> Verification:
+        """Run the checks (and acceptance checks) as the harness: protected originals first,
+        then record results, regressions and acceptance changes."""
+        s, run = self.s, self.s.run
+        notes: list[str] = []
+        if run.protected:
+            notes += self._put_back_protected(at)
+        extra = [
+            c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
+        ]
+        results = done_conditions.run_checks(
+            [*run.checks, *extra],
+            s.workspace,
+            should_stop=s.heartbeat,
+            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=settings.SHIFTLOG["ISOLATION"] or None,
+        )
+        for r in results:
+            r["at"] = at
+            r["required"] = r["command"] in run.checks
+        regressed = verification.regressions(s.run_id, results)
+        s.append(
+            *[s.event(EventKind.CHECK_RESULT, r) for r in results],
+            *[s.event(EventKind.CHECK_REGRESSED, {**g, "at": at}) for g in regressed],
+        )
+        if regressed:
+            notes.append(
+                "REGRESSION: these checks passed earlier and fail now: "
+                + ", ".join(f"`{g['command']}`" for g in regressed)
+            )
+        by_command = {r["command"]: r["passed"] for r in results}
+        self._update_acceptance(
+            {
+                c["name"]: by_command[c["check"]]
+                for c in run.acceptance
+                if c.get("check") in by_command
+            }
+        )
+        required = [r for r in results if r["required"]]
+        failing = [
+            c["name"] for c in run.acceptance if c.get("check") and not by_command.get(c["check"])
+        ]
+        if failing:
+            notes.append("Acceptance criteria not met yet: " + ", ".join(failing))
+        passed = bool(required) and all(r["passed"] for r in required) and not failing
+        return Verification(passed, results, required, notes)
+
+    def _put_back_protected(self, at: str) -> list[str]:
+        """Protected files changed since creation are recorded and put back before the checks;
+        what was added under a protected folder is kept as an artifact, not lost."""
+        s, run = self.s, self.s.run
+        notes = []
+        changed = verification.tampered(s.workspace, run.protected)
+        if changed:
+            s.append(s.event(EventKind.CHECK_TAMPERED, {"files": changed, "at": at}))
+            moved = verification.restore_originals(s.workspace, run.protected, changed)
+            for rel, data in moved.items():
+                s.store_artifact(f"moved-aside/{rel}", ArtifactKind.FILE, data)
+            notes.append(
+                "Protected files were changed and have been put back to their originals before "
+                "the checks ran (files added under a protected folder are kept as moved-aside/ "
+                "artifacts): " + ", ".join(f"{c['path']} ({c['change']})" for c in changed)
+            )
+        verification.clear_caches(s.workspace, run.protected)
+        return notes
+
+    def _update_acceptance(self, states: dict[str, bool]) -> None:
+        s, run = self.s, self.s.run
+        changed = [
+            c["name"]
+            for c in run.acceptance
+            if c["name"] in states and c["passing"] != states[c["name"]]
+        ]
+        if not changed:
+            return
+        run.acceptance = [
+            {**c, "passing": states.get(c["name"], c["passing"])} for c in run.acceptance
+        ]
+        Run.objects.filter(pk=run.pk).update(acceptance=run.acceptance)
+        passing = sum(c["passing"] for c in run.acceptance)
+        s.append(
+            s.event(
+                EventKind.ACCEPTANCE_UPDATED,
+                {
+                    "changed": changed,
+                    "passing": passing,
+                    "total": len(run.acceptance),
+                    "criteria": run.acceptance,
+                },
+            )
+        )
+
+    def _judge(self, results: list[dict[str, Any]]) -> verification.Verdict:
+        s, run = self.s, self.s.run
+        start = (
+            Checkpoint.objects.filter(
+                run=run, kind__in=[CheckpointKind.RUN_START, CheckpointKind.FORK]
+            )
+            .order_by("seq")
+            .first()
+        )
+        changes = workspaces.diff_live(run, start.tree if start else None)
+        diff_text = "\n".join(
+            c.diff or f"{c.status}: {c.path}" + (" (binary)" if c.binary else "") for c in changes
+        )
+        so_far = Event.objects.on_live_branch(run.pk).filter(kind=EventKind.JUDGE_VERDICT).count()
+        try:
+            verdict = verification.run_judge(
+                run, s.provider, diff_text=diff_text, check_results=results, verdicts_so_far=so_far
+            )
+        except ProviderError as e:
+            self.turns.provider_failed(e)
+        cost = cost_usd(verdict.model or run.judge_model or run.model, Usage(**verdict.usage))
+        s.append(
+            s.event(
+                EventKind.JUDGE_VERDICT,
+                {
+                    "criteria": verdict.criteria,
+                    "passed": verdict.passed,
+                    "model": verdict.model,
+                    "error": verdict.error,
+                    "usage": verdict.usage,
+                    "cost_usd": str(cost),
+                },
+                actor="judge",
+            )
+        )
+        if cost:
+            Run.objects.filter(pk=run.pk).update(cost_usd=F("cost_usd") + cost)
+            run.cost_usd += cost
+        judged = {c["criterion"]: c["passed"] for c in verdict.criteria}
+        self._update_acceptance(
+            {
+                c["name"]: judged[c["name"]]
+                for c in run.acceptance
+                if not c.get("check") and c["name"] in judged
+            }
+        )
+        return verdict

@@ -1,0 +1,111 @@
+"""The model's turns: the request built from the session's conversation, the provider's answer
+recorded with its usage and cost in one transaction, and what happens when the provider fails."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from django.db import transaction
+
+from agents import eventlog, sandbox
+from agents.eventlog import NewEvent
+from agents.models import EndReason, EventKind, RunStatus
+from agents.providers.base import ProviderError, Turn, TurnRequest
+from agents.providers.pricing import cost_usd
+from agents.runtime import prompts
+from agents.runtime.sessions import Sessions
+from agents.runtime.slice import Slice, SliceOver, SliceResult
+
+# The system prompt and the tool schemas, in characters: part of every request's size.
+STATIC_CHARS = len(prompts.SYSTEM_PROMPT) + sum(len(str(t)) for t in sandbox.TOOL_SCHEMAS)
+
+
+class Turns:
+    def __init__(self, s: Slice, sessions: Sessions) -> None:
+        self.s = s
+        self.sessions = sessions
+
+    def next(self) -> Turn:
+        s, run = self.s, self.s.run
+        request = TurnRequest(
+            model=run.model,
+            system=prompts.SYSTEM_PROMPT,
+            messages=s.conv.request_messages(),
+            tools=sandbox.TOOL_SCHEMAS,
+            previous_meta=s.previous_meta,
+            handoff_requested=s.conv.handoff_requested,
+            input_chars=s.conv.chars + STATIC_CHARS,
+            branch=run.branch_seq,
+        )
+        s.context_seq = s.known_seq
+        try:
+            return s.provider.next_turn(request)
+        except ProviderError as e:
+            self.provider_failed(e)
+
+    def provider_failed(self, e: ProviderError) -> NoReturn:
+        """A model call failed for good: record it, then pause (resumable) or fail the run."""
+        s = self.s
+        s.append(
+            s.event(
+                EventKind.ERROR,
+                {
+                    "source": "provider",
+                    "error": type(e).__name__,
+                    "message": e.message,
+                    "status_code": e.status_code,
+                },
+            )
+        )
+        if e.action == "fail":
+            s.transition(RunStatus.FAILED, reason=e.message)
+            self.sessions.end(EndReason.FAILED)
+            raise SliceOver(SliceResult.FAILED) from e
+        s.transition(RunStatus.PAUSED, reason=e.message)
+        s.suspend_session()
+        raise SliceOver(SliceResult.PAUSED) from e
+
+    def record(self, turn: Turn, *, first_call: NewEvent | None = None) -> None:
+        """The turn, its usage and (when nothing stands in its way) its first call's tool.call,
+        in one transaction with the run's and the session's counters."""
+        s, usage = self.s, turn.usage
+        cost = cost_usd(turn.model, usage)
+        payload = {
+            "content": turn.content,
+            "text": turn.text,
+            "stop_reason": turn.stop_reason,
+            "usage": usage.as_dict(),
+            "cost_usd": str(cost),
+            "model": turn.model,
+            "latency_ms": round(turn.latency_ms, 2),
+            "context_seq": s.context_seq,
+            "meta": turn.meta,
+        }
+        new = [s.event(EventKind.MODEL_TURN, payload, actor="agent")]
+        if first_call is not None:
+            new.append(first_call)
+        increments = {
+            "turns": 1,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_input_tokens,
+            "cache_write_tokens": usage.cache_creation_input_tokens,
+            "cost_usd": cost,
+        }
+        context_tokens = (
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        )
+        with transaction.atomic():
+            appended = eventlog.append_many(
+                s.run_id, new, lease_owner=s.owner, increments=increments
+            )
+            eventlog.add_to_session(s.session.pk, increments, last_input_tokens=context_tokens)
+        for name, value in increments.items():
+            setattr(s.run, name, getattr(s.run, name) + value)
+            setattr(s.session, name, getattr(s.session, name) + value)
+        s.session.last_input_tokens = context_tokens
+        s.previous_meta = turn.meta
+        s.conv.add_assistant(turn.content, context_seq=s.context_seq)
+        if first_call is not None:
+            s.conv.add_tool_call(first_call.payload["tool_use_id"])
+        s.absorb(appended)
