@@ -41,7 +41,7 @@ run: setup system-deps
 # again on the PostgreSQL and Redis of this machine (skipped, saying so, when they do not answer).
 test: setup system-deps
 	$(PY) -m pytest
-	$(PY) -m tests.services
+	$(PY) -m tests.postgres_redis
 
 lint: setup
 	$(VENV)/bin/ruff check .

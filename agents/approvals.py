@@ -26,8 +26,8 @@ from django.utils import timezone
 
 from agents import eventlog, lifecycle, notifications, policy, sandbox, services
 from agents.eventlog import NewEvent
+from agents.jobs import enqueue
 from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
-from agents.tasks import enqueue
 
 
 class ApprovalError(ValueError):
@@ -213,7 +213,7 @@ def decide(
     with transaction.atomic():
         # The run row first, as the worker does before it starts waiting: the two serialise, so
         # a decision can never slip between the worker's last look and its going to sleep.
-        Run.objects.select_for_update().filter(pk=approval.run_id).first()
+        run = Run.objects.select_for_update().get(pk=approval.run_id)
         won = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
             status=status,
             decided_by=user,
@@ -245,7 +245,7 @@ def decide(
                 because=f"allow similar to approval {approval.pk}",
             )
             _approve_matching(approval.run_id, user, actor)
-        _resume_if_all_decided(approval.run_id, actor)
+        _resume_if_all_decided(run, actor)
     approval.refresh_from_db()
     return approval
 
@@ -277,16 +277,17 @@ def _approve_matching(run_id: int, user, actor: str) -> None:
             )
 
 
-def _resume_if_all_decided(run_id: int, actor: str) -> None:
-    if Approval.objects.filter(run_id=run_id).pending().exists():
-        return
-    run = Run.objects.get(pk=run_id)
+def _resume_if_all_decided(run: Run, actor: str) -> None:
+    """Queue the run again once nothing of it waits for a person (`run` was read under its row
+    lock, in this transaction: its status is current)."""
     if run.status != RunStatus.AWAITING_APPROVAL:
         return  # paused or cancelled meanwhile: a person resumes it explicitly
+    if Approval.objects.filter(run_id=run.pk).pending().exists():
+        return
     lifecycle.transition(
-        run_id, RunStatus.QUEUED, actor=actor, reason="every waiting tool call is decided"
+        run.pk, RunStatus.QUEUED, actor=actor, reason="every waiting tool call is decided"
     )
-    enqueue(run_id)
+    enqueue(run.pk)
 
 
 # --- expire and discard ---------------------------------------------------------------------

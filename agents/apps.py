@@ -7,3 +7,8 @@ class AgentsConfig(AppConfig):
     name = "agents"
     verbose_name = "Agent runs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The tasks register themselves with agents.jobs, through which every process (web,
+        # CLI and worker) queues them; run_huey would import them too, the others do not.
+        from agents import tasks  # noqa: F401, PLC0415 (loaded once the apps are ready)

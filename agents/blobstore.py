@@ -38,8 +38,9 @@ def _is_digest(name: str, length: int = 64) -> bool:
 class BlobStore:
     def __init__(self, root: str | Path | None = None):
         if root is None:
-            # Imported here so the store (and checkpoints built on it) work without Django.
-            from django.conf import settings
+            # Imported here so the store (and the snapshots built on it) work without Django:
+            # benchmarks and the snapshot tests use it on plain folders.
+            from django.conf import settings  # noqa: PLC0415
 
             root = settings.SHIFTLOG["BLOB_ROOT"]
         self.root = Path(root)

@@ -14,12 +14,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from agents import approvals, done_conditions, eventlog, lifecycle, policy, services, workspaces
+from agents import (
+    approvals,
+    done_conditions,
+    eventlog,
+    jobs,
+    lifecycle,
+    policy,
+    services,
+    workspaces,
+)
+from agents.jobs import enqueue
 from agents.models import (
     Artifact,
     Checkpoint,
@@ -34,7 +45,6 @@ from agents.models import (
     SessionStatus,
 )
 from agents.snapshots import Change
-from agents.tasks import enqueue
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "bash"})
 
@@ -212,9 +222,7 @@ def _reverse(status: str) -> str:
     )
 
 
-def _decimal(value: Any):
-    from decimal import Decimal
-
+def _decimal(value: Any) -> Decimal:
     return Decimal(str(value))
 
 
@@ -228,20 +236,103 @@ def rewind(
     dry_run: bool = False,
     wait_seconds: float = 60.0,
 ) -> Discarded:
+    """Rewind now, waiting (at most `wait_seconds`) for a worker to finish its step: the CLI's
+    way. The web asks a worker to do it (`request_rewind`) and returns at once."""
     run = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
     if dry_run:
         return plan_rewind(run, checkpoint)
-    if not run.is_live:
-        raise CheckpointError(f"run {run_id} is {run.status}; fork it from the checkpoint instead")
+    _check_rewindable(run)
     if run.status == RunStatus.VERIFYING:
         raise CheckpointError(f"run {run_id} is running its checks; try again in a moment")
+    _pause_to_rewind(run, checkpoint, actor)
+    _wait_for_no_worker(run_id, wait_seconds)
+    return _restore(run_id, checkpoint, actor=actor, note=note)
+
+
+def request_rewind(run_id: int, checkpoint_id: int, *, actor: str, note: str = "") -> None:
+    """Ask a worker to rewind the run: a `run.rewind_requested` event, and the work queued.
+    The worker pauses the run (its own worker finishes the step it is on), restores the
+    workspace and queues the run again; the page shows each step as it happens."""
+    run = Run.objects.get(pk=run_id)
+    checkpoint = get(run_id, checkpoint_id)
+    _check_rewindable(run)
+    with transaction.atomic():
+        eventlog.append(
+            run_id,
+            EventKind.RUN_REWIND_REQUESTED,
+            {"checkpoint_id": checkpoint.pk, "to_seq": checkpoint.seq, "note": note},
+            actor=actor,
+        )
+        jobs.later(
+            "rewind_run",
+            run_id=run_id,
+            checkpoint_id=checkpoint.pk,
+            actor=actor,
+            note=note,
+            until=time.time() + REWIND_WAIT_SECONDS,
+        )
+
+
+# How long a requested rewind waits for the run's worker to let go before it gives up.
+REWIND_WAIT_SECONDS = 60.0
+
+
+def carry_out_rewind(
+    run_id: int, checkpoint_id: int, *, actor: str, note: str, until: float
+) -> bool:
+    """One attempt at a requested rewind, by a worker: True when it is over (done, or given up
+    with an error event saying why), False to try again shortly (the run's worker is still on a
+    step, or its checks are running)."""
+    run = Run.objects.get(pk=run_id)
+    checkpoint = get(run_id, checkpoint_id)
+    if not run.is_live or time.time() > until:
+        why = (
+            f"the run is {run.status}"
+            if not run.is_live
+            else f"its worker did not let go of it within {REWIND_WAIT_SECONDS:.0f} s"
+        )
+        eventlog.append(
+            run_id,
+            EventKind.ERROR,
+            {
+                "source": "rewind",
+                "message": f"the rewind to checkpoint {checkpoint.pk} was not done: {why}",
+            },
+            actor=actor,
+        )
+        return True
+    if run.status == RunStatus.VERIFYING:
+        return False  # the checks finish first; pausing then stops the run between steps
+    _pause_to_rewind(run, checkpoint, actor)
+    if _worker_holds(run_id):
+        return False
+    _restore(run_id, checkpoint, actor=actor, note=note)
+    return True
+
+
+def _check_rewindable(run: Run) -> None:
+    if not run.is_live:
+        raise CheckpointError(f"run {run.pk} is {run.status}; fork it from the checkpoint instead")
+
+
+def _pause_to_rewind(run: Run, checkpoint: Checkpoint, actor: str) -> None:
+    """Stop the run between steps before its workspace is restored. No webhook: nobody asked
+    for a pause, only for a rewind."""
     if run.status != RunStatus.PAUSED:
         lifecycle.transition(
-            run_id, RunStatus.PAUSED, actor=actor, reason=f"paused by {actor} to rewind"
+            run.pk,
+            RunStatus.PAUSED,
+            actor=actor,
+            reason=f"paused by {actor} to rewind to checkpoint {checkpoint.pk}",
+            notify=False,
         )
-    _wait_for_no_worker(run_id, wait_seconds)
-    run.refresh_from_db()
+
+
+def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> Discarded:
+    """The rewind itself, once no worker holds the run: workspace, sessions, approvals, the
+    run.rewound event, the new branch's state; the run is queued again."""
+    run = Run.objects.get(pk=run_id)
     discarded = plan_rewind(run, checkpoint)
     workspaces.restore(run, checkpoint.tree)
     with transaction.atomic():
@@ -279,15 +370,18 @@ def rewind(
     return discarded
 
 
+def _worker_holds(run_id: int) -> bool:
+    """Whether a worker still holds the run (its lease has not expired)."""
+    owner, expires = (
+        Run.objects.filter(pk=run_id).values_list("lease_owner", "lease_expires_at").get()
+    )
+    return bool(owner) and (expires is None or expires >= timezone.now())
+
+
 def _wait_for_no_worker(run_id: int, wait_seconds: float) -> None:
     """A worker finishing its step must be done with the workspace before it is restored."""
     deadline = time.monotonic() + wait_seconds
-    while True:
-        owner, expires = (
-            Run.objects.filter(pk=run_id).values_list("lease_owner", "lease_expires_at").get()
-        )
-        if not owner or (expires is not None and expires < timezone.now()):
-            return
+    while _worker_holds(run_id):
         if time.monotonic() >= deadline:
             raise CheckpointError(
                 f"run {run_id} is paused but its worker is still finishing a step; try again shortly"

@@ -301,6 +301,9 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
             f"#{(p.get('to_seq') or 0) + 1}-#{p.get('from_seq')} abandoned ({p.get('events')} "
             f"events, {p.get('tokens')} tokens, ${p.get('cost_usd')}){note}"
         )
+    if kind == "run.rewind_requested":
+        note = f"; note: {_short(p['note'], 60)}" if p.get("note") else ""
+        return f"rewind to checkpoint {p.get('checkpoint_id')} (#{p.get('to_seq')}) requested{note}"
     if kind == "run.forked":
         return f"forked from checkpoint {p.get('checkpoint_id')} into run {p.get('fork_run_id')}"
     if kind == "acceptance.updated":

@@ -47,11 +47,14 @@ def transition(
     expect: set[str] | frozenset[str] | None = None,
     session_id: int | None = None,
     lease_owner: str | None = None,
+    notify: bool = True,
 ) -> Run:
     """Move a run to `target`, or raise IllegalTransition.
 
     `expect` narrows the states the caller is prepared to move from (a worker finishing
     verification expects `verifying`; if a person cancelled meanwhile, that must win).
+    `notify=False` sends no webhook (a rewind pauses the run on its way, nobody asked for a
+    pause).
     """
     with transaction.atomic():
         # select_for_update locks the row on PostgreSQL; on SQLite the IMMEDIATE transaction
@@ -78,6 +81,6 @@ def transition(
         Run.objects.filter(pk=run_id).update(**fields)
         for name, value in fields.items():
             setattr(run, name, value)
-        if target in notifications.NOTIFY_STATUSES:
+        if notify and target in notifications.NOTIFY_STATUSES:
             notifications.notify(run, f"run.{target}", previous=current)
     return run

@@ -315,6 +315,7 @@ class EventKind(models.TextChoices):
     HUMAN_NOTE = "human.note"
     ARTIFACT_SAVED = "artifact.saved"
     CHECKPOINT_CREATED = "checkpoint.created"
+    RUN_REWIND_REQUESTED = "run.rewind_requested"
     RUN_REWOUND = "run.rewound"
     RUN_FORKED = "run.forked"
     JUDGE_VERDICT = "judge.verdict"

@@ -15,12 +15,10 @@ import urllib.request
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog
+from agents import eventlog, jobs
 from agents.models import EventKind
-from agents.tasks import deliver_webhook
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +48,7 @@ def notify(run, event: str, **details: Any) -> None:
         **details,
     }
     for url in urls:
-        transaction.on_commit(
-            lambda url=url: deliver_webhook(run_id=run.pk, url=url, payload=payload)
-        )
+        jobs.later("deliver_webhook", run_id=run.pk, url=url, payload=payload)
 
 
 def post(url: str, payload: dict[str, Any]) -> str:
@@ -100,9 +96,13 @@ def deliver(run_id: int, url: str, payload: dict[str, Any], *, attempt: int = 1)
             error,
             delay,
         )
-        deliver_webhook.schedule(
-            kwargs={"run_id": run_id, "url": url, "payload": payload, "attempt": attempt + 1},
+        jobs.schedule(
+            "deliver_webhook",
             delay=delay,
+            run_id=run_id,
+            url=url,
+            payload=payload,
+            attempt=attempt + 1,
         )
         return False
     log.warning("webhook %s for run %s failed after %s attempts: %s", url, run_id, attempts, error)

@@ -15,8 +15,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import approvals
+from agents.jobs import enqueue
 from agents.models import DRIVABLE_STATUSES, Run
-from agents.tasks import enqueue
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from django.conf import settings
 from django.db import transaction
 
 from agents import eventlog, lifecycle, policy, sandbox, verification, workspaces
+from agents.jobs import enqueue
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
-from agents.tasks import enqueue
 
 DEMO_GOAL = (
     "Write a small Python module textstats.py with word_count(text) and top_words(text, n), "

@@ -60,7 +60,7 @@ def redis_available() -> tuple[bool, str]:
 
 
 def _test_redis_db() -> int | None:
-    """The db the test suite uses (tests/services.py): never borrowed, even when it is empty."""
+    """The db the test suite uses (tests/postgres_redis.py): never borrowed, even when it is empty."""
     url = os.environ.get("SHIFTLOG_TEST_REDIS", "redis://127.0.0.1:6379/14")
     tail = url.rstrip("/").rsplit("/", 1)[-1]
     return int(tail) if tail.isdigit() else None

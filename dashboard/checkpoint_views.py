@@ -1,6 +1,7 @@
 """The run page's checkpoint timeline: checkpoint now, rewind and fork (each confirmed on a panel
 that first shows what would be discarded), and the diff between two checkpoints or a checkpoint
-and the live workspace. The work is agents.checkpoints'; these views only ask and show.
+and the live workspace. The work is agents.checkpoints'; these views only ask and show (a rewind is queued for a
+worker: the request returns at once).
 
 GETs never change anything: the confirm panels render `plan_rewind`, a read. The actions are
 POSTs with CSRF and need the control right (dashboard.access); viewers get 403, outsiders 404.
@@ -65,7 +66,7 @@ def checkpoint_action(request: HttpRequest, run_id: int, checkpoint_id: int, act
     note = request.POST.get("note", "").strip()
     try:
         if action == "rewind":
-            discarded = checkpoints.rewind(run.pk, checkpoint.pk, actor=actor, note=note)
+            checkpoints.request_rewind(run.pk, checkpoint.pk, actor=actor, note=note)
         else:
             new = checkpoints.fork(
                 run.pk,
@@ -88,8 +89,9 @@ def checkpoint_action(request: HttpRequest, run_id: int, checkpoint_id: int, act
         messages.success(request, f"forked run {run.pk} from checkpoint #{checkpoint.seq}")
         return redirect(url)
     done = (
-        f"Rewound to checkpoint #{checkpoint.seq}: {discarded.events} events left on an "
-        "abandoned branch. The run is queued and continues from there."
+        f"Rewinding to checkpoint #{checkpoint.seq}: the run pauses once its worker has finished "
+        "the step it is on, then its workspace is restored and it continues from there. The "
+        "stream shows each step."
     )
     if not request.htmx:
         messages.success(request, done)
@@ -97,7 +99,7 @@ def checkpoint_action(request: HttpRequest, run_id: int, checkpoint_id: int, act
     return render(
         request,
         "runs/checkpoint.html#confirm-done",
-        {"run": run, "checkpoint": checkpoint, "discarded": discarded, "done": done},
+        {"run": run, "checkpoint": checkpoint, "done": done},
     )
 
 

@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from agents.models import Approval, Event, Run, RunStatus
-from dashboard import access, cards, live, panels, stream
+from dashboard import access, cards, fanout, live, panels, stream
 
 CATCH_UP_CHUNK = 500
 
@@ -56,12 +56,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 self.last_seq = max(0, int(query.get("after", last_seq)))
             except ValueError:
                 self.last_seq = last_seq
-        # The tailer's starting point is fixed before the catch-up below reads the database,
+        # The feed's starting point is fixed before the catch-up below reads the database,
         # and the groups are joined before it too: whatever the catch-up misses arrives live.
-        await live.tailer.ensure_running()
-        await self.channel_layer.group_add(live.RUNS_GROUP, self.channel_name)
+        await live.feed.ensure_running()
+        await self.channel_layer.group_add(fanout.RUNS_GROUP, self.channel_name)
         if self.mode == "run":
-            await self.channel_layer.group_add(live.run_group(self.run_id), self.channel_name)
+            await self.channel_layer.group_add(fanout.run_group(self.run_id), self.channel_name)
         await self.accept()
         if self.mode == "run":
             await self._catch_up(always_side=self.reconnect)
@@ -71,9 +71,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=html)
 
     async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(live.RUNS_GROUP, self.channel_name)
+        await self.channel_layer.group_discard(fanout.RUNS_GROUP, self.channel_name)
         if getattr(self, "run_id", None) is not None:
-            await self.channel_layer.group_discard(live.run_group(self.run_id), self.channel_name)
+            await self.channel_layer.group_discard(fanout.run_group(self.run_id), self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
         pass  # the page only listens; actions go through POSTs with CSRF

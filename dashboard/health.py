@@ -7,17 +7,19 @@ import hmac
 import uuid
 
 from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from huey.contrib.djhuey import HUEY
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from agents.models import Approval, ApprovalStatus, Run, RunStatus
-from dashboard import live
+from dashboard import hub
 
 
 def _allowed(request: HttpRequest) -> bool:
@@ -42,12 +44,6 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok\n", content_type="text/plain")
 
 
-def _queue():
-    from huey.contrib.djhuey import HUEY
-
-    return HUEY
-
-
 @require_GET
 @never_cache
 def readyz(request: HttpRequest) -> HttpResponse:
@@ -61,15 +57,13 @@ def readyz(request: HttpRequest) -> HttpResponse:
     except Exception as e:
         checks["database"] = f"error: {e}"
     try:
-        _queue().pending_count()
+        HUEY.pending_count()
         checks["queue"] = "ok"
     except Exception as e:
         checks["queue"] = f"error: {e}"
     try:
-        from channels.layers import get_channel_layer
-
         # The layer between processes when there is one (Redis), else this process's own.
-        layer = get_channel_layer(live.HUB if settings.SHIFTLOG["LIVE_PUSH"] else "default")
+        layer = get_channel_layer(hub.HUB if settings.SHIFTLOG["LIVE_PUSH"] else "default")
         channel = f"readyz.{uuid.uuid4().hex}"
         async_to_sync(layer.send)(channel, {"type": "ping"})
         async_to_sync(layer.receive)(channel)
@@ -112,7 +106,7 @@ class ShiftlogCollector:
         yield GaugeMetricFamily(
             "shiftlog_queue_depth",
             "Tasks waiting in the huey queue",
-            value=_queue().pending_count(),
+            value=HUEY.pending_count(),
         )
 
 

@@ -28,6 +28,7 @@ PANELS_BY_KIND = {
     "checkpoint.created": {"checkpoints"},
     "budget.warning": {"run-header", "meters"},
     "budget.exceeded": {"run-header", "meters"},
+    "run.rewind_requested": {"run-header"},
     "run.rewound": set(PANELS),
     "run.forked": {"checkpoints"},
 }

@@ -219,7 +219,9 @@ LOGGING = {
 
 # --- Shiftlog itself -------------------------------------------------------------------------
 def _tool_policy() -> list:
-    from agents.policy import PolicyError, validate
+    # Deferred: settings are read before anything of the project's is imported (agents.policy
+    # is plain Python, so importing it here is safe; at the top it would load for every setting).
+    from agents.policy import PolicyError, validate  # noqa: PLC0415
 
     try:
         return validate(json.loads(env_str("SHIFTLOG_TOOL_POLICY", "[]")))

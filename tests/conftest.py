@@ -81,6 +81,24 @@ def drive_until_idle(run: Run, *, max_slices: int = 50) -> Run:
     return run
 
 
+def run_queued(name: str) -> list:
+    """Run the queued huey tasks named `name`, as a worker would, and return them (the tests'
+    huey keeps its queue in memory and no consumer reads it); other queued tasks are dropped."""
+    from huey.contrib.djhuey import HUEY
+
+    from agents import jobs
+
+    # The task's own function, without djhuey's close_db around it: that would close the
+    # test's connection, inside the test's transaction.
+    body = jobs.body(name)
+    done = []
+    while (task := HUEY.dequeue()) is not None:
+        if task.name == name:
+            body(*task.args, **task.kwargs)
+            done.append(task)
+    return done
+
+
 def kinds(run: Run) -> list[str]:
     return list(run.events.order_by("seq").values_list("kind", flat=True))
 
@@ -168,7 +186,7 @@ def demo_to_success(user) -> Run:
     return drive_until_idle(run)
 
 
-if os.environ.get("DATABASE_URL"):  # the PostgreSQL pass (tests/services.py)
+if os.environ.get("DATABASE_URL"):  # the PostgreSQL pass (tests/postgres_redis.py)
 
     @pytest.fixture(scope="session", autouse=True)
     def _no_stray_database_sessions(django_db_setup, django_db_blocker):

@@ -260,14 +260,14 @@ class Procs:
         return done.stdout
 
     def enqueue(self, *run_ids: int, times: int = 1) -> None:
-        """Put slices of the runs on the real queue, through agents.tasks.enqueue itself.
+        """Put slices of the runs on the real queue, through agents.jobs.enqueue itself.
 
         Runs created in the test process were queued on tests.settings' in-memory huey, which no
         worker reads. Outside a transaction enqueue's on_commit fires at once, so a plain
         `manage.py shell -c` queues the tasks into the queue the consumers read.
         """
         code = (
-            "from agents.tasks import enqueue\n"
+            "from agents.jobs import enqueue\n"
             f"for _ in range({times}):\n    for run_id in {list(run_ids)}: enqueue(run_id)"
         )
         self.manage("shell", "-c", code)

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agents import reaper, services, tasks
-from agents.approvals import ApprovalError, NotAllowed, decide
+from agents.approvals import ApprovalError, NotAllowed, can_decide, decide
 from agents.models import Approval, Event, Run, RunStatus
 from agents.runtime.loop import drive
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
@@ -738,3 +738,27 @@ def test_bad_webhook_urls_and_policies_are_refused_at_creation(db):
     with pytest.raises(services.RunError, match="tool policy: rule 1"):
         make_run(turns=[finish_turn()], tool_policy=[{"tool": "bash", "action": "nope"}])
     assert not Run.objects.exists()
+
+
+def test_deciding_costs_the_same_few_queries_however_many_calls_wait(decider, owner):
+    """The decision path is guarded against growing queries: one approval decided costs the
+    same whether it is the only one waiting or one of several, and the last one costs only the
+    run's move back to the queue on top."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    many = make_run(
+        turns=[{"tool_calls": [call("bash", command=f"rm -rf build{i}") for i in range(5)]}],
+        created_by=owner,
+    )
+    many = drive_until_idle(many)
+    waiting = list(Approval.objects.filter(run=many, status="pending").order_by("pk"))
+    assert len(waiting) == 5, many.status_reason
+    assert can_decide(decider)  # the user's permissions, read once and cached
+    counts = []
+    for approval in waiting:
+        with CaptureQueriesContext(connection) as queries:
+            decide(approval.pk, user=decider, approve=True)
+        counts.append(len(queries))
+    assert counts[:-1] == [counts[0]] * 4, counts  # not one more query per call waiting
+    assert counts[0] <= 11 and counts[-1] <= counts[0] + 9, counts

@@ -488,3 +488,82 @@ def test_rewinding_a_running_run_pauses_it_lets_its_step_finish_and_it_continues
     branch = list(run.checkpoints.filter(seq__gt=rewound.seq).order_by("seq"))
     assert branch and branch[0].parent == target, log
     assert all(c.parent == p for p, c in pairwise(branch)), log
+
+
+def queued_task_names() -> list[str]:
+    from huey.contrib.djhuey import HUEY
+
+    names = []
+    while (task := HUEY.dequeue()) is not None:
+        names.append((task.name, (task.kwargs.get("payload") or {}).get("event")))
+    return names
+
+
+def test_a_requested_rewind_waits_for_the_runs_worker_and_pauses_it_without_a_webhook(
+    owner, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run = drive_until_idle(
+        services.create_demo_run(created_by=owner)
+    )  # waiting for a person at its risky step
+    Run.objects.filter(pk=run.pk).update(webhook_urls=["http://127.0.0.1:9/hook"])
+    target = run.checkpoints.get(kind="session_end")
+    queued_task_names()  # start from an empty queue
+    with django_capture_on_commit_callbacks(execute=True):
+        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia", note="slowly")
+    # The request changed nothing but the log, and queued the work.
+    run.refresh_from_db()
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    assert ("rewind_run", None) in queued_task_names()
+    # A worker still holds the run (say it is on a step): the rewind pauses the run and waits.
+    Run.objects.filter(pk=run.pk).update(
+        lease_owner="worker:elsewhere", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    later = time.time() + 60
+    with django_capture_on_commit_callbacks(execute=True):
+        assert not checkpoints.carry_out_rewind(
+            run.pk, target.pk, actor="user:olivia", note="slowly", until=later
+        )
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED and not run.events.filter(kind="run.rewound").exists()
+    assert ("deliver_webhook", "run.paused") not in queued_task_names()  # nobody asked for it
+    # Once the worker lets go, the next attempt rewinds and queues the run again.
+    Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert checkpoints.carry_out_rewind(
+            run.pk, target.pk, actor="user:olivia", note="slowly", until=later
+        )
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.head_checkpoint_id == target.pk
+    assert run.events.get(kind="run.rewound").payload["note"] == "slowly"
+    assert run.events.filter(kind="run.status", payload__to="paused").count() == 1
+
+
+def test_a_requested_rewind_gives_up_with_a_reason_when_it_cannot_be_done(owner):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run = drive_until_idle(services.create_demo_run(created_by=owner))
+    target = run.checkpoints.get(kind="session_end")
+    Run.objects.filter(pk=run.pk).update(
+        lease_owner="worker:stuck", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    assert checkpoints.carry_out_rewind(
+        run.pk, target.pk, actor="user:olivia", note="", until=time.time() - 1
+    )
+    error = run.events.get(kind="error")
+    assert error.payload["source"] == "rewind"
+    assert "was not done: its worker did not let go of it" in error.payload["message"]
+    assert not run.events.filter(kind="run.rewound").exists()
+    # A run that ended meanwhile is not rewound either, and the log says why.
+    services.cancel_run(run.pk, actor="user:olivia")
+    assert checkpoints.carry_out_rewind(
+        run.pk, target.pk, actor="user:olivia", note="", until=time.time() + 60
+    )
+    assert "the run is cancelled" in run.events.filter(kind="error").last().payload["message"]
+    with pytest.raises(checkpoints.CheckpointError, match="fork it from the checkpoint"):
+        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia")

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents import checkpoints, services
 from agents.models import Approval, Checkpoint, Event, Run
-from tests.conftest import approve_pending, client_for, drive_until_idle, make_run
+from tests.conftest import approve_pending, client_for, drive_until_idle, make_run, run_queued
 
 pytestmark = pytest.mark.django_db
 
@@ -154,18 +154,31 @@ def test_the_rewind_panel_shows_what_would_be_discarded_and_changes_nothing(owne
     assert Approval.objects.get().status == "pending"
 
 
-def test_rewinding_from_the_dashboard_and_the_run_continues(owner, waiting_run, decider):
+def test_rewinding_from_the_dashboard_and_the_run_continues(
+    owner, waiting_run, decider, django_capture_on_commit_callbacks
+):
     end = cp(waiting_run, "session_end")
     c = client_for(owner)
-    response = c.post(
-        f"/runs/{waiting_run.pk}/checkpoints/{end.pk}/rewind",
-        {"note": "be careful with rm"},
-        HTTP_HX_REQUEST="true",
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        response = c.post(
+            f"/runs/{waiting_run.pk}/checkpoints/{end.pk}/rewind",
+            {"note": "be careful with rm"},
+            HTTP_HX_REQUEST="true",
+        )
     html = response.content.decode()
-    assert response.status_code == 200 and f"Rewound to checkpoint #{end.seq}" in html
+    assert response.status_code == 200 and f"Rewinding to checkpoint #{end.seq}" in html
+    # The request only asked: the run is as it was until a worker takes the rewind.
+    waiting_run.refresh_from_db()
+    assert waiting_run.status == "awaiting_approval"
+    asked = Event.objects.get(run=waiting_run, kind="run.rewind_requested")
+    assert asked.actor == "user:olivia" and asked.payload["checkpoint_id"] == end.pk
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [t.name for t in run_queued("rewind_run")] == ["rewind_run"]
     waiting_run.refresh_from_db()
     assert waiting_run.status == "queued" and waiting_run.head_checkpoint_id == end.pk
+    # On its way the run paused, and said so in the log, without a webhook nobody asked for.
+    paused = Event.objects.get(run=waiting_run, kind="run.status", payload__to="paused")
+    assert f"to rewind to checkpoint {end.pk}" in paused.payload["reason"]
     rewound = Event.objects.get(run=waiting_run, kind="run.rewound")
     assert rewound.actor == "user:olivia" and rewound.payload["note"] == "be careful with rm"
     # The demo replays session 2 and waits at its risky step again.

@@ -18,7 +18,7 @@ from django.test import Client
 
 from agents import eventlog, services
 from agents.models import Event
-from dashboard import live
+from dashboard import fanout, hub, live, stream, tail
 from dashboard.routing import websocket_urlpatterns
 from tests.conftest import drive_until_idle, make_run
 from tests.procs import Procs
@@ -66,8 +66,8 @@ def stop_delivery():
     returns what starts it again."""
     if settings.SHIFTLOG["LIVE_PUSH"]:
         eventlog.events_committed.disconnect(dispatch_uid=PUSH_UID)
-        return lambda: eventlog.events_committed.connect(live.push_committed, dispatch_uid=PUSH_UID)
-    live.tailer.task.cancel()
+        return lambda: eventlog.events_committed.connect(hub.push_committed, dispatch_uid=PUSH_UID)
+    live.feed.task.cancel()
     return lambda: None
 
 
@@ -184,11 +184,11 @@ def test_a_dropped_message_is_read_from_the_database(owner):
             restore()
         assert await nothing_more(comm), "delivery was stopped"
         values = await database_sync_to_async(
-            lambda: Event.objects.filter(pk=third.pk).values(*live.stream.EVENT_FIELDS)[0]
+            lambda: Event.objects.filter(pk=third.pk).values(*stream.EVENT_FIELDS)[0]
         )()
         await get_channel_layer().group_send(
-            live.run_group(run.pk),
-            {"type": "run.events", "events": [live.stream.to_message(values)]},
+            fanout.run_group(run.pk),
+            {"type": "run.events", "events": [stream.to_message(values)]},
         )
         got = await receive_until(comm, lambda t: start + 3 in seqs(t))
         assert seqs(got) == [start + 1, start + 2, start + 3]
@@ -207,7 +207,7 @@ def test_many_sockets_share_one_delivery_and_each_gets_every_event_once(owner):
         ]
         for c in comms:
             assert (await c.connect())[0]
-        task = live.tailer.task
+        task = live.feed.task
         for i in range(5):
             await append(run.pk, "human.note", {"text": f"n{i}"})
         want = list(range(run.last_seq + 1, run.last_seq + 6))
@@ -215,7 +215,7 @@ def test_many_sockets_share_one_delivery_and_each_gets_every_event_once(owner):
             got = await receive_until(c, lambda t: want[-1] in seqs(t))
             assert seqs(got) == want
         # One per process: the tailer, or with Redis the listener to what committers publish.
-        assert task is not None and live.tailer.task is task
+        assert task is not None and live.feed.task is task
         for c in comms:
             await c.disconnect()
 
@@ -323,16 +323,16 @@ def test_on_postgresql_the_tail_also_finds_an_event_that_commits_after_a_later_o
         start = Event.objects.order_by("pk").values_list("pk", flat=True).first() - 1
         fast = eventlog.append(fast_run.pk, "human.note", {"text": "early"})
         recent: set[int] = set()
-        first = live._events_after(start, recent)
+        first = tail._events_after(start, recent)
         assert [r["payload"]["text"] for r in first if r["kind"] == "human.note"] == ["early"]
         recent.update(r["pk"] for r in first)
     finally:
         release.set()
         thread.join(10)
-    late = live._events_after(fast.pk, recent)
+    late = tail._events_after(fast.pk, recent)
     assert [(r["run_id"], r["payload"]["text"]) for r in late] == [(slow_run.pk, "late")]
     recent.update(r["pk"] for r in late)
-    assert live._events_after(fast.pk, recent) == []  # and it is sent once
+    assert tail._events_after(fast.pk, recent) == []  # and it is sent once
 
 
 def test_a_push_carries_only_the_panels_its_events_change(owner):
@@ -355,3 +355,65 @@ def test_a_push_carries_only_the_panels_its_events_change(owner):
         await comm.disconnect()
 
     async_to_sync(go)()
+
+
+def test_a_rewind_discards_waiting_approvals_and_the_inbox_and_count_follow_live(owner):
+    from agents import checkpoints
+    from agents.models import Approval
+
+    run = drive_until_idle(services.create_demo_run(created_by=owner))
+    waiting = list(Approval.objects.filter(run=run, status="pending"))
+    assert waiting, run.status_reason
+    target = run.checkpoints.get(kind="session_end")
+
+    async def go():
+        header = WebsocketCommunicator(as_user(owner), "/ws/live/")
+        inbox = WebsocketCommunicator(as_user(owner), "/ws/live/approvals/")
+        assert (await header.connect())[0] and (await inbox.connect())[0]
+        await database_sync_to_async(checkpoints.rewind)(run.pk, target.pk, actor="user:olivia")
+        count = await receive_until(header, lambda t: 'id="approval-count"' in t)
+        assert ">0</span>" in count, count
+        cards = await receive_until(
+            inbox, lambda t: all(f'id="approval-{a.pk}"' in t for a in waiting)
+        )
+        assert "a-discarded" in cards and 'value="approve"' not in cards, cards
+        assert "Discarded" in cards and "rewind to checkpoint" in cards, cards
+        await header.disconnect()
+        await inbox.disconnect()
+
+    async_to_sync(go)()
+    for approval in waiting:
+        approval.refresh_from_db()
+        assert approval.status == "discarded"
+        decided = Event.objects.get(
+            run=run, kind="approval.decided", payload__approval_id=approval.pk
+        )
+        assert decided.payload["decision"] == "discarded" and decided.actor == "user:olivia"
+
+
+def test_a_runs_list_push_reads_its_rows_in_one_query_however_many_change(owner):
+    """No query per row: the rows that changed are read together (and rendered once)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard.consumers import LiveConsumer
+
+    consumer = LiveConsumer()
+    consumer.user, consumer.mode, consumer.query = owner, "list", {}
+    runs = [make_run(created_by=owner, goal=f"run {i}") for i in range(8)]
+
+    def changed(some, seq):
+        return [
+            {"id": r.pk, "owner": owner.pk, "seq": seq, "created": False, "approvals": []}
+            for r in some
+        ]
+
+    with CaptureQueriesContext(connection) as one:
+        html = consumer._render_runs(changed(runs[:1], 1))
+    with CaptureQueriesContext(connection) as eight:
+        html = consumer._render_runs(changed(runs, 2))
+    assert all(f'id="run-{r.pk}"' in html for r in runs)
+    assert len(one) == len(eight) == 1, [q["sql"] for q in eight]
+    with CaptureQueriesContext(connection) as cached:  # the same rows again: from the cache
+        consumer._render_runs(changed(runs, 2))
+    assert len(cached) == 0

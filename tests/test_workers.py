@@ -223,7 +223,7 @@ def assert_played_once_by_one_worker_at_a_time(run: Run, labels: list[str]) -> s
 RIVAL = """
 import sys, time
 from agents.models import Run
-from agents.tasks import enqueue
+from agents.jobs import enqueue
 from agents.runtime.loop import drive
 run_id = int(sys.argv[1])
 deadline = time.monotonic() + 60

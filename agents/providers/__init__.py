@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from agents.models import RunScript
 from agents.providers.base import Provider
+from agents.providers.scripted import ScriptedProvider
 
 
 def for_run(run) -> Provider:
     if run.provider == "scripted":
-        from agents.models import RunScript
-        from agents.providers.scripted import ScriptedProvider
-
         script = RunScript.objects.filter(run_id=run.pk).values_list("script", flat=True).first()
         if script is None:
             raise ValueError(f"run {run.pk} is scripted but has no script")
         return ScriptedProvider(script)
     if run.provider == "anthropic":
-        from agents.providers.anthropic import AnthropicProvider
+        # Deferred: the SDK takes about a second to import; only workers driving such runs pay.
+        from agents.providers.anthropic import AnthropicProvider  # noqa: PLC0415
 
         config = settings.SHIFTLOG
         return AnthropicProvider(

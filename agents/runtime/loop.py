@@ -21,6 +21,7 @@ from django.db.models import F
 
 from agents import leases, sandbox
 from agents.eventlog import LeaseLost
+from agents.jobs import enqueue
 from agents.lifecycle import IllegalTransition
 from agents.models import Run, RunStatus
 from agents.runtime import prompts
@@ -31,7 +32,6 @@ from agents.runtime.gate import Gate
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import REQUEUE, Outcome, Slice, SliceOver, SliceResult
 from agents.runtime.turns import Turns
-from agents.tasks import enqueue
 from agents.worker import shutdown_requested
 
 log = logging.getLogger(__name__)

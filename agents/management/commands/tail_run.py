@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
 from agents.eventlog import describe
 from agents.lifecycle import TERMINAL
-from agents.management.base import RunCommand, get_run
+from agents.management.base import RunCommand, fail, get_run
 from agents.models import Event, Run
 
 
@@ -25,8 +26,6 @@ class Command(RunCommand):
         run = get_run(o["run_id"])
         after = o["after"]
         if after < 0:
-            from agents.management.base import fail
-
             raise fail("--after must be 0 or more")
         try:
             while True:
@@ -61,6 +60,4 @@ class Command(RunCommand):
 
 
 def argparse_hidden():
-    import argparse
-
     return argparse.SUPPRESS

@@ -1,7 +1,7 @@
 """The second half of `make test`: the tests that touch the database, the queue or the channel
 layer, run again against the real PostgreSQL and Redis of this machine.
 
-    python -m tests.services [PYTEST ARGS]
+    python -m tests.postgres_redis [PYTEST ARGS]
 
 SHIFTLOG_TEST_POSTGRES (default postgres://postgres@127.0.0.1:5432/postgres: the server, and a
 database to connect to while pytest-django creates its own) and SHIFTLOG_TEST_REDIS (default

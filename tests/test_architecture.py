@@ -1,0 +1,130 @@
+"""The shape of the house, held against the code: imports run one way (no circle among the
+modules of agents/ and dashboard/, deferred imports counted), no module over 700 lines, no class
+over 350, and dashboard/ is never imported by agents/. See docs/architecture.md."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.no_services
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agents", "dashboard")
+MAX_MODULE_LINES = 700
+MAX_CLASS_LINES = 350
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports, at the top or inside functions alike."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for target in targets:
+            # The longest known module the name lies in: `from agents import x` may name the
+            # module agents.x or a name defined in agents/__init__.py.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():  # a positive control for the test below
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_imports_run_one_way():
+    edges = graph()
+    assert len(edges) > 40  # the walk found the project
+    assert cycles(edges) == []
+
+
+def test_the_domain_never_imports_the_dashboard():
+    edges = graph()
+    wrong = {m: sorted(t for t in ts if t.startswith("dashboard")) for m, ts in edges.items()}
+    assert {m: ts for m, ts in wrong.items() if m.startswith("agents") and ts} == {}
+
+
+def test_no_module_or_class_is_too_big():
+    too_big = []
+    for name, path in modules().items():
+        text = path.read_text()
+        lines = text.count("\n") + 1
+        if lines > MAX_MODULE_LINES:
+            too_big.append(f"module {name}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    too_big.append(f"class {name}.{node.name}: {size} lines")
+    assert too_big == []
