@@ -64,10 +64,6 @@ met, it is not met. Answer with the `verdict` tool only."""
 DIFF_LIMIT = 60_000
 
 
-class JudgeUnavailable(Exception):
-    pass
-
-
 def criteria_of(run: Run) -> list[str]:
     """The rubric's criteria (one a line; bullets allowed) plus judged acceptance items."""
     lines = [
@@ -488,4 +484,4 @@ def drift(goal: str, handoff: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-__all__ = ["JudgeUnavailable", "ProviderError", "Verdict", "is_protected", "run_judge"]
+__all__ = ["ProviderError", "Verdict", "is_protected", "run_judge"]

@@ -101,10 +101,6 @@ class Conversation:
         return self.messages
 
     # --- state --------------------------------------------------------------------------
-    @property
-    def turn_count(self) -> int:
-        return sum(1 for m in self.messages if m["role"] == "assistant")
-
     def unfinished_tool_uses(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(started but never answered, never started) tool uses of the latest turn."""
         interrupted = [

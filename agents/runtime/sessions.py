@@ -12,6 +12,7 @@ transcripts.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from django.db import transaction
@@ -108,7 +109,7 @@ class Sessions:
             session.first_seq = appended.events[0].seq
             Session.objects.filter(pk=session.pk).update(first_seq=session.first_seq)
             if fresh_resume:
-                run.resume_state = {**run.resume_state, "consumed": True}
+                run.resume_state = replace(resume, consumed=True).as_json()
                 Run.objects.filter(pk=run.pk).update(resume_state=run.resume_state)
         s.absorb(appended)
         s.session = session
