@@ -58,7 +58,6 @@ restore. POSIX only (bytes paths, fcntl locks).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import difflib
 import errno
@@ -73,17 +72,38 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from agents.blobstore import BlobStore
+from agents.snapshots.errors import CorruptBlob, MissingBlob, SnapshotError
+from agents.snapshots.hashing import CHUNK, hash_stream
+from agents.snapshots.names import (
+    B64_PREFIX,
+    decode_name,
+    display,
+    encode_name,
+    join_path,
+    to_bytes,
+    to_str,
+)
+from agents.snapshots.results import (
+    Change,
+    Entry,
+    PruneResult,
+    RestoreResult,
+    SnapshotResult,
+)
+from agents.snapshots.trees import (
+    TREE_MAGIC,
+    TreeReader,
+    entries_of,
+    parse_tree,
+    tree_bytes,
+)
 
-TREE_MAGIC = b"shiftlog-tree 1\n"
-B64_PREFIX = "b64:"
 RACY_FALLBACK_NS = 2_000_000_000
 TEXT_DIFF_MAX_INPUT = 1 << 20
-_CHUNK = 1 << 20
 # Below this many files to read, a thread pool costs more than it saves.
 _PARALLEL_MIN_FILES = 64
 
@@ -97,127 +117,6 @@ _VAL_TYPES = {str, type(None)}
 _FS_UTF8 = (
     sys.getfilesystemencoding() == "utf-8" and sys.getfilesystemencodeerrors() == "surrogateescape"
 )
-
-
-class SnapshotError(Exception):
-    pass
-
-
-class MissingBlob(SnapshotError):
-    pass
-
-
-class CorruptBlob(SnapshotError):
-    pass
-
-
-# -- names -------------------------------------------------------------------------------------
-
-
-def encode_name(raw: bytes) -> str:
-    """A file name (or link target) as a JSON-safe str; reversible with decode_name."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is None or text.startswith(B64_PREFIX):
-        return B64_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii")
-    return text
-
-
-def decode_name(key: str) -> bytes:
-    if key.startswith(B64_PREFIX):
-        return base64.urlsafe_b64decode(key[len(B64_PREFIX) :])
-    return key.encode("utf-8")
-
-
-def display(path: str) -> str:
-    """A printable form of a path from this module (undecodable bytes shown as \\xNN)."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _to_str(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _to_bytes(path: str | bytes) -> bytes:
-    return path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
-
-
-def _join(rel: bytes, name: bytes) -> bytes:
-    return rel + b"/" + name if rel else name
-
-
-# -- results -----------------------------------------------------------------------------------
-
-
-@dataclass
-class SnapshotResult:
-    tree: str
-    files: int
-    bytes_total: int
-    blobs_added: int
-    bytes_added: int
-    hashed_files: int
-    seconds: float
-    dirs: int = 0
-    links: int = 0
-    skipped: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RestoreResult:
-    written: int
-    removed: int
-    unchanged: int
-    links: int
-    dirs_created: int
-    modes_set: int
-    seconds: float
-    dry_run: bool = False
-    actions: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Entry:
-    path: str
-    type: str
-    hash: str | None = None
-    mode: int | None = None
-    size: int | None = None
-    target: str | None = None
-
-    @property
-    def raw_path(self) -> bytes:
-        return _to_bytes(self.path)
-
-
-@dataclass
-class Change:
-    path: str
-    status: str  # added | removed | changed | type_changed | mode_changed
-    old_type: str | None = None
-    new_type: str | None = None
-    old_hash: str | None = None
-    new_hash: str | None = None
-    old_mode: int | None = None
-    new_mode: int | None = None
-    old_size: int | None = None
-    new_size: int | None = None
-    old_target: str | None = None
-    new_target: str | None = None
-    binary: bool | None = None
-    diff: str | None = None
-    note: str | None = None
-
-
-@dataclass
-class PruneResult:
-    deleted: int
-    bytes_freed: int
-    kept: int
-    temp_removed: int
-    dry_run: bool = False
 
 
 # -- stat cache --------------------------------------------------------------------------------
@@ -262,7 +161,7 @@ class _Rec:
     def entries(self) -> dict[str, Any]:
         """The folder's tree object ({encoded name: entry})."""
         if self._entries is None:
-            self._entries = _entries_of(self.keys, self.sig, self.vals)
+            self._entries = entries_of(self.keys, self.sig, self.vals)
         return self._entries
 
     def with_stale(self, indexes: Iterable[int]) -> _Rec:
@@ -304,21 +203,6 @@ class _Rec:
         return cls(names, keys, list(map(tuple, sig)), vals, tuple(stale), tree, tuple(totals))
 
 
-def _entries_of(keys: list[str], sig: list[tuple], vals: list[str | None]) -> dict[str, Any]:
-    entries: dict[str, Any] = {}
-    for key, s, val in zip(keys, sig, vals, strict=True):
-        if val is None:
-            continue
-        fmt = stat.S_IFMT(s[0])
-        if fmt == stat.S_IFREG:
-            entries[key] = {"t": "f", "h": val, "m": s[0] & 0o7777, "s": s[1]}
-        elif fmt == stat.S_IFDIR:
-            entries[key] = {"t": "d", "h": val, "m": s[0] & 0o7777}
-        elif fmt == stat.S_IFLNK:
-            entries[key] = {"t": "l", "target": val}
-    return entries
-
-
 class StatCache:
     """What is known about the folders of one workspace, so unchanged ones cost only their stats.
 
@@ -347,7 +231,7 @@ class StatCache:
         self._log_lines = 0  # lines in the file beyond one per folder
 
     def _find(self, path: str | bytes) -> tuple[_Rec | None, int]:
-        folder, name = _cache_key(_to_bytes(path))
+        folder, name = _cache_key(to_bytes(path))
         rec = self.dirs.get(folder)
         if rec is None or name not in rec.keys:
             return None, -1
@@ -364,7 +248,7 @@ class StatCache:
     def discard(self, path: str | bytes) -> None:
         rec, i = self._find(path)
         if rec is not None:
-            self.dirs[_cache_key(_to_bytes(path))[0]] = rec.with_stale([i])
+            self.dirs[_cache_key(to_bytes(path))[0]] = rec.with_stale([i])
 
     def __len__(self) -> int:
         """Trusted file entries."""
@@ -576,11 +460,6 @@ class _Scan:
         self.hashed = self.blobs_added = self.bytes_added = 0
 
 
-def _tree_bytes(entries: dict[str, Any]) -> bytes:
-    body = json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return TREE_MAGIC + body.encode("utf-8")
-
-
 def _join_key(folder: str, key: str) -> str:
     return folder + "/" + key if folder else key
 
@@ -612,7 +491,7 @@ class Snapshots:
         # Reading and hashing release the GIL, so a few threads overlap the I/O and fsyncs of a
         # first checkpoint.
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
-        self._tree_cache: dict[str, dict[str, Any]] = {}
+        self._trees = TreeReader(blobs)
 
     # -- snapshot ------------------------------------------------------------------------------
 
@@ -859,7 +738,7 @@ class Snapshots:
             else:
                 vals.append(None)
                 stale.append(i)
-                scan.skipped.append(_to_str((d.path + b"/" + raw)[scan.strip :]))
+                scan.skipped.append(to_str((d.path + b"/" + raw)[scan.strip :]))
         return subs
 
     def _hash_all(self, scan: _Scan, store: bool) -> None:
@@ -884,7 +763,7 @@ class Snapshots:
             if store:
                 digest, size, added = self.blobs.add_file(fh)
             else:
-                digest, size = _hash_stream(fh)
+                digest, size = hash_stream(fh)
                 added = False
             return digest, size, added, os.fstat(fd)
 
@@ -929,7 +808,7 @@ class Snapshots:
                 vals[i] = child.rec.tree
                 for n, x in enumerate(child.rec.totals):
                     below[n] += x
-            entries = _entries_of(d.keys, d.sig, vals)
+            entries = entries_of(d.keys, d.sig, vals)
             files = links = size = 0
             for e in entries.values():
                 t = e["t"]
@@ -939,7 +818,7 @@ class Snapshots:
                 elif t == "l":
                     links += 1
             totals = (below[0] + files, below[1] + size, below[2], below[3] + links)
-            d.data = _tree_bytes(entries)
+            d.data = tree_bytes(entries)
             digest = hashlib.sha256(d.data).hexdigest()
             rec = _Rec(
                 d.names, d.keys, d.sig, vals, tuple(sorted(set(d.stale))), digest, totals, entries
@@ -995,65 +874,20 @@ class Snapshots:
         if data is None:
             # A record reused as is: its digest must be that of its tree, or the parent would
             # name a blob that is never written.
-            data = _tree_bytes(rec.entries)
+            data = tree_bytes(rec.entries)
             if hashlib.sha256(data).hexdigest() != rec.tree:
                 raise _Retry(d.key)
         scan.new_trees.append(data)
 
     # -- reading trees -------------------------------------------------------------------------
 
-    def _tree(self, digest: str, extra: dict[str, _Rec] | None = None) -> dict[str, Any]:
-        if extra is not None:
-            rec = extra.get(digest)
-            if rec is not None:
-                return rec.entries
-        cached = self._tree_cache.get(digest)
-        if cached is not None:
-            return cached
-        try:
-            data = self.blobs.get(digest)
-        except FileNotFoundError:
-            raise MissingBlob(f"tree {digest} is not in the store") from None
-        entries = _parse_tree(digest, data)
-        if len(self._tree_cache) > 20_000:
-            self._tree_cache.clear()
-        self._tree_cache[digest] = entries
-        return entries
-
     def files(self, tree: str) -> dict[str, Entry]:
         """Every path in the checkpoint (folders included) -> its entry."""
-        out: dict[str, Entry] = {}
-        with self.blobs.lock():
-            self._list(tree, b"", out)
-        return out
-
-    def _list(self, digest: str, rel: bytes, out: dict[str, Entry]) -> None:
-        for key, e in sorted(self._tree(digest).items(), key=lambda kv: decode_name(kv[0])):
-            path = _join(rel, decode_name(key))
-            out[_to_str(path)] = _entry(_to_str(path), e)
-            if e["t"] == "d":
-                self._list(e["h"], path, out)
+        return self._trees.files(tree)
 
     def read(self, tree: str, path: str | bytes) -> bytes:
         """Content of the file at `path` in the checkpoint."""
-        parts = [p for p in _to_bytes(path).split(b"/") if p]
-        if not parts:
-            raise IsADirectoryError(path)
-        with self.blobs.lock():
-            entries = self._tree(tree)
-            for i, part in enumerate(parts):
-                e = entries.get(encode_name(part))
-                if e is None:
-                    raise FileNotFoundError(path)
-                if i < len(parts) - 1:
-                    if e["t"] != "d":
-                        raise NotADirectoryError(path)
-                    entries = self._tree(e["h"])
-                elif e["t"] == "d":
-                    raise IsADirectoryError(path)
-                elif e["t"] == "l":
-                    raise ValueError(f"{display(_to_str(_to_bytes(path)))} is a symlink")
-            return self.blobs.get(e["h"])
+        return self._trees.read(tree, path)
 
     # -- restore -------------------------------------------------------------------------------
 
@@ -1115,7 +949,7 @@ class Snapshots:
             modes_set=plan.count["chmod"],
             seconds=time.perf_counter() - started,
             dry_run=dry_run,
-            actions=[(op[0], _to_str(op[1])) for op in plan.ops],
+            actions=[(op[0], to_str(op[1])) for op in plan.ops],
         )
 
     def _plan(
@@ -1130,13 +964,13 @@ class Snapshots:
         if target == current:
             plan.unchanged += counts.get(current, 0)
             return
-        want = self._tree(target, extra)
-        have = self._tree(current, extra) if current else {}
+        want = self._trees.get(target, extra)
+        have = self._trees.get(current, extra) if current else {}
         for key in sorted(have.keys() - want.keys(), key=decode_name):
-            plan.add("rm", _join(rel, decode_name(key)))
+            plan.add("rm", join_path(rel, decode_name(key)))
         for key in sorted(want, key=decode_name):
             w, h = want[key], have.get(key)
-            path = _join(rel, decode_name(key))
+            path = join_path(rel, decode_name(key))
             if w["t"] == "d":
                 if h is not None and h["t"] == "d":
                     self._plan(path, w["h"], h["h"], extra, counts, plan)
@@ -1202,7 +1036,7 @@ class Snapshots:
         try:
             with os.fdopen(fd, "wb") as out, self.blobs.open(digest) as src:
                 h = hashlib.sha256()
-                while chunk := src.read(_CHUNK):
+                while chunk := src.read(CHUNK):
                     h.update(chunk)
                     out.write(chunk)
                 if h.hexdigest() != digest:
@@ -1278,14 +1112,14 @@ class Snapshots:
     ) -> None:
         if a == b:
             return
-        old = self._tree(a, extra) if a else {}
-        new = self._tree(b, extra) if b else {}
+        old = self._trees.get(a, extra) if a else {}
+        new = self._trees.get(b, extra) if b else {}
         for key in sorted(old.keys() | new.keys(), key=decode_name):
             o, n = old.get(key), new.get(key)
             if o == n:
                 continue
-            path = _join(rel, decode_name(key))
-            c = _change(_to_str(path), o, n)
+            path = join_path(rel, decode_name(key))
+            c = _change(to_str(path), o, n)
             if o is not None and n is not None and o["t"] == n["t"] == "d":
                 if o["m"] != n["m"]:
                     c.status = "mode_changed"
@@ -1355,7 +1189,7 @@ class Snapshots:
                 continue
             seen.add(digest)
             try:
-                entries = self._tree(digest)
+                entries = self._trees.get(digest)
             except SnapshotError:
                 continue
             for e in entries.values():
@@ -1377,7 +1211,7 @@ class Snapshots:
                 if digest in checked:
                     continue
                 checked.add(digest)
-                label = f"{display(_to_str(where)) or '/'} in checkpoint {root[:12]}"
+                label = f"{display(to_str(where)) or '/'} in checkpoint {root[:12]}"
                 try:
                     data = self.blobs.get(digest)
                 except FileNotFoundError:
@@ -1387,26 +1221,26 @@ class Snapshots:
                     problems.append(f"corrupt tree {digest}: content does not match ({label})")
                     continue
                 try:
-                    entries = _parse_tree(digest, data)
+                    entries = parse_tree(digest, data)
                 except SnapshotError as e:
                     problems.append(f"{e} ({label})")
                     continue
                 for key, e in entries.items():
-                    path = _join(where, decode_name(key))
+                    path = join_path(where, decode_name(key))
                     if e["t"] == "d":
                         stack.append((e["h"], root, path))
                     elif e["t"] == "f" and e["h"] not in checked:
                         checked.add(e["h"])
                         problem = self._check_blob(e["h"])
                         if problem:
-                            shown = display(_to_str(path))
+                            shown = display(to_str(path))
                             problems.append(f"{problem} (file {shown} in checkpoint {root[:12]})")
         return problems
 
     def _check_blob(self, digest: str) -> str | None:
         try:
             with self.blobs.open(digest) as f:
-                actual, _ = _hash_stream(f)
+                actual, _ = hash_stream(f)
         except FileNotFoundError:
             return f"missing blob {digest}"
         if actual != digest:
@@ -1454,7 +1288,7 @@ class Snapshots:
             if not dry_run:
                 for digest in order:
                     self.blobs.delete(digest)
-                    self._tree_cache.pop(digest, None)
+                    self._trees.forget(digest)
             temp = 0 if dry_run else self.blobs.remove_stray_temp(grace_seconds)
         return PruneResult(
             deleted=len(order),
@@ -1476,7 +1310,7 @@ class Snapshots:
         parents_left = dict.fromkeys(trees, 0)
         for t in trees:
             try:
-                entries = self._tree(t)
+                entries = self._trees.get(t)
             except SnapshotError:
                 entries = {}
             kids = [e["h"] for e in entries.values() if e["t"] == "d" and e["h"] in parents_left]
@@ -1509,45 +1343,6 @@ class _Plan:
         self.count[kind] += 1
 
 
-def _parse_tree(digest: str, data: bytes) -> dict[str, Any]:
-    if not data.startswith(TREE_MAGIC):
-        raise CorruptBlob(f"blob {digest} is not a tree")
-    try:
-        entries = json.loads(data[len(TREE_MAGIC) :])
-    except ValueError:
-        raise CorruptBlob(f"tree {digest} is not valid JSON") from None
-    if not isinstance(entries, dict):
-        raise CorruptBlob(f"tree {digest} is not a JSON object")
-    for key, e in entries.items():
-        name = decode_name(key)
-        # A name like ".." or "a/b" would let a damaged store write outside the workspace.
-        if name in (b"", b".", b"..") or b"/" in name or b"\0" in name:
-            raise CorruptBlob(f"tree {digest} has an invalid name {key!r}")
-        if not _valid_entry(e):
-            raise CorruptBlob(f"tree {digest} has an invalid entry for {key!r}")
-    return entries
-
-
-def _valid_entry(e: Any) -> bool:
-    if not isinstance(e, dict):
-        return False
-    kind = e.get("t")
-    if kind == "l":
-        return isinstance(e.get("target"), str)
-    if kind not in ("f", "d") or not isinstance(e.get("m"), int):
-        return False
-    digest = e.get("h")
-    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
-        return False
-    return kind == "d" or isinstance(e.get("s"), int)
-
-
-def _entry(path: str, e: dict[str, Any]) -> Entry:
-    if e["t"] == "l":
-        return Entry(path, "l", target=_to_str(decode_name(e["target"])))
-    return Entry(path, e["t"], hash=e["h"], mode=e["m"], size=e.get("s"))
-
-
 def _change(path: str, o: dict[str, Any] | None, n: dict[str, Any] | None) -> Change:
     if o is None:
         status = "added"
@@ -1565,22 +1360,13 @@ def _change(path: str, o: dict[str, Any] | None, n: dict[str, Any] | None) -> Ch
             continue
         setattr(c, f"{prefix}_type", e["t"])
         if e["t"] == "l":
-            setattr(c, f"{prefix}_target", _to_str(decode_name(e["target"])))
+            setattr(c, f"{prefix}_target", to_str(decode_name(e["target"])))
             continue
         setattr(c, f"{prefix}_mode", e["m"])
         if e["t"] == "f":
             setattr(c, f"{prefix}_hash", e["h"])
             setattr(c, f"{prefix}_size", e["s"])
     return c
-
-
-def _hash_stream(f: BinaryIO) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    while chunk := f.read(_CHUNK):
-        h.update(chunk)
-        size += len(chunk)
-    return h.hexdigest(), size
 
 
 def _remove(path: bytes) -> None:
@@ -1612,6 +1398,6 @@ def iter_tree_blobs(blobs: BlobStore) -> Iterator[tuple[str, dict[str, Any]]]:
         except FileNotFoundError:
             continue
         try:
-            yield digest, _parse_tree(digest, data)
+            yield digest, parse_tree(digest, data)
         except CorruptBlob:
             continue
