@@ -60,14 +60,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import errno
 import hashlib
 import os
 import stat
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +74,11 @@ from agents.snapshots.cache import (
     FolderRecord,
     StatCache,
     cache_key,
-    join_key,
     keep_cache,
     load_cache,
 )
 from agents.snapshots.errors import CorruptBlob, MissingBlob, SnapshotError
-from agents.snapshots.hashing import CHUNK, hash_stream
+from agents.snapshots.hashing import CHUNK, FileHasher, hash_stream
 from agents.snapshots.names import (
     decode_name,
     display,
@@ -96,99 +93,32 @@ from agents.snapshots.results import (
     RestoreResult,
     SnapshotResult,
 )
+from agents.snapshots.scan import Scanner
 from agents.snapshots.trees import (
     TREE_MAGIC,
     TreeReader,
-    entries_of,
     parse_tree,
-    tree_bytes,
 )
 
-RACY_FALLBACK_NS = 2_000_000_000
+__all__ = [
+    "TREE_MAGIC",
+    "Change",
+    "CorruptBlob",
+    "Entry",
+    "MissingBlob",
+    "PruneResult",
+    "RestoreResult",
+    "SnapshotError",
+    "SnapshotResult",
+    "Snapshots",
+    "StatCache",
+    "decode_name",
+    "display",
+    "encode_name",
+    "iter_tree_blobs",
+]
+
 TEXT_DIFF_MAX_INPUT = 1 << 20
-# Below this many files to read, a thread pool costs more than it saves.
-_PARALLEL_MIN_FILES = 64
-
-# -- scanning a workspace ----------------------------------------------------------------------
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class _Dir:
-    """A folder during a scan. `fast`: its names and stats equal its cached record `old`, so
-    (once its sub-folders' digests are known to be unchanged too) that record is reused as is."""
-
-    __slots__ = (
-        "children",
-        "data",
-        "fast",
-        "fresh",
-        "key",
-        "keys",
-        "names",
-        "old",
-        "path",
-        "rec",
-        "sig",
-        "stale",
-        "vals",
-    )
-
-    def __init__(self, path: bytes, key: str, old: FolderRecord | None):
-        self.path = path
-        self.key = key  # the folder's key in the StatCache
-        self.old = old
-        self.fast = False
-        self.names: list[str] = []
-        self.keys: list[str] = []
-        self.sig: list[tuple[int, int, int, int, int]] = []
-        self.vals: list[str | None] = []
-        self.stale: list[int] = []
-        self.fresh: set[int] = set()  # entries read (and stored) by this scan
-        self.children: list[tuple[int, _Dir]] = []
-        self.rec: FolderRecord | None = (
-            None  # the record after the scan (`old` itself when unchanged)
-        )
-        self.data: bytes | None = None  # the tree blob, when it was built by this scan
-
-
-class _File:
-    __slots__ = ("d", "i", "path", "st")
-
-    def __init__(self, d: _Dir, i: int, path: bytes, st: os.stat_result):
-        self.d = d
-        self.i = i
-        self.path = path
-        self.st = st
-
-
-class _Retry(Exception):
-    """A cached digest's blob is missing and the file no longer has that content."""
-
-    def __init__(self, key: str):
-        self.key = key
-
-
-class _Scan:
-    def __init__(
-        self, old: dict[str, FolderRecord], trusted_before: int, live_paths: bool, strip: int
-    ):
-        self.old = old
-        self.new: dict[str, FolderRecord] = {}
-        self.trusted_before = trusted_before
-        self.strip = strip
-        self.pending: list[_File] = []
-        self.skipped: list[str] = []
-        self.live_paths = live_paths  # diffs read live files: remember where each digest was
-        self.keep_trees = False  # restore and diff look at the live trees: keep them by digest
-        self.trees: dict[str, FolderRecord] = {}  # digest -> record, for every folder seen
-        self.counts: dict[str, int] = {}  # tree digest -> files under it
-        self.live: dict[str, bytes] = {}  # file digest -> a path with that content
-        self.new_trees: list[bytes] = []  # tree blobs to write, children first
-        self.freshen: list[str] = []
-        self.root = ""
-        self.files = self.dirs = self.links = self.bytes_total = 0
-        self.hashed = self.blobs_added = self.bytes_added = 0
 
 
 def _is_text(data: bytes) -> str | None:
@@ -200,25 +130,25 @@ def _is_text(data: bytes) -> str | None:
         return None
 
 
-def _open_dir(fd: int, name: str) -> int | None:
-    """A descriptor for sub-folder `name` of `fd`, or None when it is gone or no longer a folder."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=fd)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:  # replaced by a link since it was listed
-            return None
-        raise
-
-
 class Snapshots:
     def __init__(self, blobs: BlobStore, *, workers: int | None = None):
         self.blobs = blobs
         # Reading and hashing release the GIL, so a few threads overlap the I/O and fsyncs of a
         # first checkpoint.
-        self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+        self._hasher = FileHasher(
+            blobs, workers if workers is not None else min(4, os.cpu_count() or 1)
+        )
         self._trees = TreeReader(blobs)
+        self._scanner = Scanner(blobs, self._hasher)
+
+    @property
+    def workers(self) -> int:
+        """Threads reading files when a scan has many to read."""
+        return self._hasher.workers
+
+    @workers.setter
+    def workers(self, workers: int) -> None:
+        self._hasher.workers = workers
 
     # -- snapshot ------------------------------------------------------------------------------
 
@@ -230,357 +160,7 @@ class Snapshots:
         `cache_path` is a file (outside the workspace) where the stat cache is kept between
         calls; or pass a StatCache object to keep it in memory (it is updated in place).
         """
-        started = time.perf_counter()
-        workspace = Path(workspace)
-        self._check_outside(workspace, cache_path)
-        if cache is None:
-            cache = load_cache(cache_path)
-        with self.blobs.lock():
-            scan = self._scan(workspace, cache, cache_path, store=True)
-        keep_cache(cache, scan.new, cache_path)
-        return SnapshotResult(
-            tree=scan.root,
-            files=scan.files,
-            bytes_total=scan.bytes_total,
-            blobs_added=scan.blobs_added,
-            bytes_added=scan.bytes_added,
-            hashed_files=scan.hashed,
-            seconds=time.perf_counter() - started,
-            dirs=scan.dirs,
-            links=scan.links,
-            skipped=scan.skipped,
-        )
-
-    def _check_outside(self, workspace: Path, cache_path: Path | None) -> None:
-        # Either inside the workspace would change with every checkpoint (and be checkpointed).
-        ws = workspace.resolve()
-        for other, what in ((self.blobs.root, "blob store"), (cache_path, "stat cache")):
-            if other is not None and Path(other).resolve().is_relative_to(ws):
-                raise ValueError(f"the {what} ({other}) must be outside the workspace ({ws})")
-
-    def _scan(
-        self,
-        workspace: Path,
-        cache: StatCache,
-        cache_path: Path | None,
-        *,
-        store: bool,
-        live_paths: bool = False,
-        keep_trees: bool = False,
-    ) -> _Scan:
-        root = os.fsencode(workspace)
-        old = cache.dirs
-        while True:
-            try:
-                return self._scan_once(root, old, cache_path, store, live_paths, keep_trees)
-            except _Retry as r:
-                # Read that folder's files again instead of trusting its record.
-                old = {k: v for k, v in old.items() if k != r.key}
-
-    def _scan_once(
-        self,
-        root: bytes,
-        old: dict[str, FolderRecord],
-        cache_path: Path | None,
-        store: bool,
-        live_paths: bool,
-        keep_trees: bool,
-    ) -> _Scan:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            probes = [self.blobs.root]
-            if cache_path is not None:
-                probes.insert(0, Path(cache_path).parent)
-            trusted = self._fs_clock(st.st_dev, probes, create=store)
-            scan = _Scan(old, trusted, live_paths, len(root) + 1)
-            scan.keep_trees = keep_trees or live_paths
-            top = self._walk(fd, root, "", scan)
-        finally:
-            os.close(fd)
-        self._hash_all(scan, store)
-        self._build(top, scan)
-        scan.root = top.rec.tree
-        scan.files, scan.bytes_total, scan.dirs, scan.links = top.rec.totals
-        if store:
-            if self.blobs.exists(scan.root):
-                # A stored tree implies its whole subtree is stored: nothing below to check.
-                scan.freshen.append(scan.root)
-            else:
-                self._plan_store(top, scan)
-            # Every file blob durable before any tree names it; then the trees, children first.
-            self.blobs.sync()
-            for data in scan.new_trees:
-                _, added = self.blobs.add(data)
-                if added:
-                    scan.blobs_added += 1
-                    scan.bytes_added += len(data)
-            for digest in scan.freshen:
-                with contextlib.suppress(FileNotFoundError):
-                    self.blobs.touch(digest)
-            self.blobs.sync()
-        return scan
-
-    @staticmethod
-    def _fs_clock(dev: int, folders: list[Path], *, create: bool) -> int:
-        """Files with timestamps before the returned ns value can be cached safely."""
-        for folder in folders:
-            try:
-                if create:
-                    folder.mkdir(parents=True, exist_ok=True)
-                if os.stat(folder).st_dev != dev:
-                    continue
-                # A new file's mtime is the filesystem's own "now", at its own granularity.
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-clock-")
-            except OSError:
-                continue
-            try:
-                return os.fstat(fd).st_mtime_ns
-            finally:
-                os.close(fd)
-                os.unlink(tmp)
-        return time.time_ns() - RACY_FALLBACK_NS
-
-    def _walk(self, fd: int, path: bytes, dkey: str, scan: _Scan) -> _Dir:
-        # The hot loop of a checkpoint: one stat per entry and, for a folder whose names and
-        # stats all equal its record, nothing else per entry.
-        with os.scandir(fd) as it:
-            items = list(it)
-        names = [e.name for e in items]
-        try:
-            sts = [e.stat(follow_symlinks=False) for e in items]
-        except FileNotFoundError:
-            sts = None
-        old = scan.old.get(dkey)
-        d = _Dir(path, dkey, old)
-        if sts is None:
-            # Something vanished while listing: keep what is still there.
-            kept = []
-            for e in items:
-                with contextlib.suppress(FileNotFoundError):
-                    kept.append((e.name, e.stat(follow_symlinks=False)))
-            names = [n for n, _ in kept]
-            sts = [s for _, s in kept]
-        sig = [(s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino) for s in sts]
-        if old is not None and not old.stale and old.sig == sig and old.names == names:
-            d.fast = True
-            d.names, d.keys, d.sig, d.vals = old.names, old.keys, old.sig, old.vals
-            subs = old.subdirs
-        else:
-            subs = self._compare(d, fd, names, sts, sig, scan)
-        for i in subs:
-            name = d.names[i]
-            sub = _open_dir(fd, name)
-            if sub is None:
-                if d.fast:
-                    d.fast = False
-                    d.vals = list(d.vals)
-                d.vals[i] = None
-                d.stale.append(i)
-                continue
-            try:
-                child = self._walk(
-                    sub, path + b"/" + os.fsencode(name), join_key(dkey, d.keys[i]), scan
-                )
-            finally:
-                os.close(sub)
-            d.children.append((i, child))
-        return d
-
-    def _compare(
-        self,
-        d: _Dir,
-        fd: int,
-        names: list[str],
-        sts: list[os.stat_result],
-        sig: list[tuple[int, int, int, int, int]],
-        scan: _Scan,
-    ) -> list[int]:
-        """Fill a changed folder entry by entry, reusing what its record still vouches for;
-        returns the indexes of its sub-folders."""
-        old = d.old
-        index: dict[str, int] = {}
-        old_stale: tuple[int, ...] = ()
-        if old is not None:
-            index = {n: j for j, n in enumerate(old.names)}
-            old_stale = old.stale
-        d.names, d.sig = names, sig
-        keys, vals, stale = d.keys, d.vals, d.stale
-        subs = []
-        for i, name in enumerate(names):
-            raw = os.fsencode(name)
-            keys.append(encode_name(raw))
-            s = sig[i]
-            j = index.get(name)
-            same = j is not None and old.sig[j] == s and j not in old_stale
-            fmt = stat.S_IFMT(s[0])
-            if fmt == stat.S_IFREG:
-                if same:
-                    vals.append(old.vals[j])
-                else:
-                    vals.append(None)
-                    scan.pending.append(_File(d, i, d.path + b"/" + raw, sts[i]))
-            elif fmt == stat.S_IFDIR:
-                vals.append(None)  # its tree digest, once built
-                subs.append(i)
-            elif fmt == stat.S_IFLNK:
-                if same:
-                    vals.append(old.vals[j])
-                    continue
-                try:
-                    target = os.readlink(raw, dir_fd=fd)
-                except (FileNotFoundError, OSError):
-                    vals.append(None)
-                    stale.append(i)
-                    continue
-                vals.append(encode_name(target))
-                # A link replaced within one timestamp tick could keep its stat: like files,
-                # trust the target only once its timestamps are in the past.
-                if max(s[2], s[3]) >= scan.trusted_before:
-                    stale.append(i)
-            else:
-                vals.append(None)
-                stale.append(i)
-                scan.skipped.append(to_str((d.path + b"/" + raw)[scan.strip :]))
-        return subs
-
-    def _hash_all(self, scan: _Scan, store: bool) -> None:
-        pending, scan.pending = scan.pending, []
-        if len(pending) >= _PARALLEL_MIN_FILES and self.workers > 1:
-            with ThreadPoolExecutor(self.workers) as pool:
-                results = list(pool.map(lambda f: self._read(f, store), pending))
-        else:
-            results = [self._read(f, store) for f in pending]
-        for f, result in zip(pending, results, strict=True):
-            self._record(scan, f, result)
-
-    def _read(self, f: _File, store: bool) -> tuple[str, int, bool, os.stat_result] | None:
-        try:
-            fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as e:
-            # Gone, or replaced by a link, since the folder was listed: leave it out.
-            if e.errno in (errno.ENOENT, errno.ELOOP):
-                return None
-            raise
-        with open(fd, "rb", buffering=0) as fh:
-            if store:
-                digest, size, added = self.blobs.add_file(fh)
-            else:
-                digest, size = hash_stream(fh)
-                added = False
-            return digest, size, added, os.fstat(fd)
-
-    def _record(self, scan: _Scan, f: _File, result: tuple | None) -> None:
-        d, i, st = f.d, f.i, f.st
-        if result is None:
-            d.vals[i] = None
-            d.stale.append(i)
-            return
-        digest, size, added, after = result
-        d.vals[i] = digest
-        d.fresh.add(i)
-        scan.hashed += 1
-        if scan.live_paths:
-            scan.live[digest] = f.path
-        if added:
-            scan.blobs_added += 1
-            scan.bytes_added += size
-        stable = (
-            after.st_size == size
-            and after.st_mtime_ns == st.st_mtime_ns
-            and after.st_ctime_ns == st.st_ctime_ns
-            and after.st_ino == st.st_ino
-        )
-        if not stable or max(after.st_mtime_ns, after.st_ctime_ns) >= scan.trusted_before:
-            d.stale.append(i)
-            if size != st.st_size:
-                # The entry records the size that was read; the stat is not trusted anyway.
-                d.sig[i] = (st.st_mode, size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-    def _build(self, d: _Dir, scan: _Scan) -> None:
-        """Digest of folder `d` and its new record, children first."""
-        for _, child in d.children:
-            self._build(child, scan)
-        old = d.old
-        if d.fast and all(child.rec.tree == old.vals[i] for i, child in d.children):
-            rec = old
-        else:
-            vals = list(d.vals) if d.fast else d.vals
-            below = [0, 0, len(d.children), 0]
-            for i, child in d.children:
-                vals[i] = child.rec.tree
-                for n, x in enumerate(child.rec.totals):
-                    below[n] += x
-            entries = entries_of(d.keys, d.sig, vals)
-            files = links = size = 0
-            for e in entries.values():
-                t = e["t"]
-                if t == "f":
-                    files += 1
-                    size += e["s"]
-                elif t == "l":
-                    links += 1
-            totals = (below[0] + files, below[1] + size, below[2], below[3] + links)
-            d.data = tree_bytes(entries)
-            digest = hashlib.sha256(d.data).hexdigest()
-            rec = FolderRecord(
-                d.names, d.keys, d.sig, vals, tuple(sorted(set(d.stale))), digest, totals, entries
-            )
-            if (
-                old is not None
-                and rec.tree == old.tree
-                and rec.stale == old.stale
-                and rec.sig == old.sig
-                and rec.keys == old.keys
-                and rec.vals == old.vals
-            ):
-                rec = old
-        d.rec = rec
-        scan.new[d.key] = rec
-        if scan.keep_trees:
-            scan.trees[rec.tree] = rec
-            scan.counts[rec.tree] = rec.totals[0]
-        if scan.live_paths:
-            for i, s in enumerate(rec.sig):
-                if stat.S_ISREG(s[0]) and rec.vals[i] is not None and i not in d.fresh:
-                    scan.live.setdefault(rec.vals[i], d.path + b"/" + os.fsencode(rec.names[i]))
-
-    def _plan_store(self, d: _Dir, scan: _Scan) -> None:
-        """For a folder whose tree is not stored: make sure every blob it names is, then queue
-        its tree after those of its sub-folders (children first)."""
-        rec = d.rec
-        for i, s in enumerate(rec.sig):
-            if not stat.S_ISREG(s[0]) or i in d.fresh or rec.vals[i] is None:
-                continue
-            digest = rec.vals[i]
-            if self.blobs.exists(digest):
-                continue
-            # A cached digest whose blob is gone (a prune removed content that was never part of
-            # a kept checkpoint): store the file again.
-            path = d.path + b"/" + os.fsencode(rec.names[i])
-            try:
-                f = _File(d, i, path, os.lstat(path))
-                result = self._read(f, True)
-            except FileNotFoundError:
-                result = None
-            if result is None or result[0] != digest:
-                raise _Retry(d.key)
-            if result[2]:
-                scan.blobs_added += 1
-                scan.bytes_added += result[1]
-        for _, child in d.children:
-            if self.blobs.exists(child.rec.tree):
-                scan.freshen.append(child.rec.tree)
-            else:
-                self._plan_store(child, scan)
-        data = d.data
-        if data is None:
-            # A record reused as is: its digest must be that of its tree, or the parent would
-            # name a blob that is never written.
-            data = tree_bytes(rec.entries)
-            if hashlib.sha256(data).hexdigest() != rec.tree:
-                raise _Retry(d.key)
-        scan.new_trees.append(data)
+        return self._scanner.snapshot(workspace, cache_path=cache_path, cache=cache)
 
     # -- reading trees -------------------------------------------------------------------------
 
@@ -613,13 +193,15 @@ class Snapshots:
         """
         started = time.perf_counter()
         workspace = Path(workspace)
-        self._check_outside(workspace, cache_path)
+        self._scanner.check_outside(workspace, cache_path)
         if cache is None:
             cache = load_cache(cache_path)
         with self.blobs.lock():
             current = None
             if os.path.isdir(workspace):
-                current = self._scan(workspace, cache, cache_path, store=False, keep_trees=True)
+                current = self._scanner.scan(
+                    workspace, cache, cache_path, store=False, keep_trees=True
+                )
             plan = _Plan()
             extra = current.trees if current else {}
             counts = current.counts if current else {}
@@ -800,7 +382,7 @@ class Snapshots:
         if side is None or isinstance(side, str):
             return side
         cache = load_cache(cache_path)
-        scan = self._scan(Path(side), cache, cache_path, store=False, live_paths=True)
+        scan = self._scanner.scan(Path(side), cache, cache_path, store=False, live_paths=True)
         extra.update(scan.trees)
         live.update(scan.live)
         return scan.root
