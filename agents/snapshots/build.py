@@ -1,8 +1,10 @@
 """Building a scanned workspace's folder records and tree digests, children first.
 
 A folder whose names, stats and sub-folder digests are all unchanged keeps its cached record (and
-tree digest) as is; any other gets its tree built (trees.tree_bytes) and hashed. Nothing is
-stored here: scan.py decides what to write.
+tree digest) as is; any other gets its tree built (trees.tree_bytes) and hashed, and a rebuilt
+record equal to the cached one is replaced by it, so the cache log gets no line for that folder.
+For restore and diff it also notes every folder's record by tree digest and, for diff, a live
+path for each file digest. Nothing is stored here: scan.py decides what to write.
 """
 
 from __future__ import annotations
