@@ -1,0 +1,230 @@
+"""Restore: make a workspace exactly a checkpoint (rewind), or create one from it (fork).
+
+The live workspace is scanned first (no blobs stored, its trees kept by digest), so only subtrees
+whose digests differ are compared and only what differs is touched. Nothing else should write to
+the workspace during a restore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agents.blobstore import BlobStore
+from agents.snapshots.cache import FolderRecord, StatCache, cache_key, keep_cache, load_cache
+from agents.snapshots.errors import CorruptBlob, MissingBlob
+from agents.snapshots.hashing import CHUNK
+from agents.snapshots.names import decode_name, join_path, to_str
+from agents.snapshots.results import RestoreResult
+from agents.snapshots.scan import Scanner
+from agents.snapshots.trees import TreeReader
+
+
+class Restorer:
+    """Restores checkpoints into workspaces, scanning what is there first."""
+
+    def __init__(self, blobs: BlobStore, trees: TreeReader, scanner: Scanner):
+        self.blobs = blobs
+        self.trees = trees
+        self.scanner = scanner
+
+    def restore(
+        self,
+        tree: str,
+        workspace: Path,
+        *,
+        cache_path: Path | None = None,
+        cache: StatCache | None = None,
+        dry_run: bool = False,
+    ) -> RestoreResult:
+        """Make `workspace` exactly checkpoint `tree` (creating it if needed).
+
+        Only what differs is touched: extra paths are removed (links are removed, never
+        followed), missing or different files written (to a temp file renamed into place, so
+        nothing is ever written through a link), modes set. Every tree and blob needed is
+        checked to exist before the first change, so a store missing one fails before touching
+        anything (a blob whose content is damaged is caught while it is copied).
+        """
+        started = time.perf_counter()
+        workspace = Path(workspace)
+        self.scanner.check_outside(workspace, cache_path)
+        if cache is None:
+            cache = load_cache(cache_path)
+        with self.blobs.lock():
+            current = None
+            if os.path.isdir(workspace):
+                current = self.scanner.scan(
+                    workspace, cache, cache_path, store=False, keep_trees=True
+                )
+            plan = RestorePlan()
+            extra = current.trees if current else {}
+            counts = current.counts if current else {}
+            self._plan(b"", tree, current.root if current else None, extra, counts, plan)
+            for digest in plan.blobs:
+                if not self.blobs.exists(digest):
+                    raise MissingBlob(f"blob {digest} needed by tree {tree} is not in the store")
+            if not dry_run:
+                workspace.mkdir(parents=True, exist_ok=True)
+                self._apply(os.fsencode(workspace), plan.ops)
+        if not dry_run and current is not None:
+            # What was written is new (new inodes, fresh timestamps) and would not match its
+            # record anyway; say so explicitly, per folder.
+            touched: dict[str, set[str]] = {}
+            for op in plan.ops:
+                folder, name = cache_key(op[1])
+                touched.setdefault(folder, set()).add(name)
+            new = current.new
+            for folder, names in touched.items():
+                rec = new.get(folder)
+                if rec is not None:
+                    new[folder] = rec.with_stale(i for i, k in enumerate(rec.keys) if k in names)
+            keep_cache(cache, new, cache_path)
+        return RestoreResult(
+            written=plan.count["write"],
+            removed=plan.count["rm"],
+            unchanged=plan.unchanged,
+            links=plan.count["link"],
+            dirs_created=plan.count["mkdir"],
+            modes_set=plan.count["chmod"],
+            seconds=time.perf_counter() - started,
+            dry_run=dry_run,
+            actions=[(op[0], to_str(op[1])) for op in plan.ops],
+        )
+
+    def _plan(
+        self,
+        rel: bytes,
+        target: str,
+        current: str | None,
+        extra: dict[str, FolderRecord],
+        counts: dict[str, int],
+        plan: RestorePlan,
+    ) -> None:
+        """Add to `plan` what turns tree `current` (None: nothing there) at `rel` into `target`;
+        trees whose digests are equal are left alone, their files counted as unchanged."""
+        if target == current:
+            plan.unchanged += counts.get(current, 0)
+            return
+        want = self.trees.get(target, extra)
+        have = self.trees.get(current, extra) if current else {}
+        for key in sorted(have.keys() - want.keys(), key=decode_name):
+            plan.add("rm", join_path(rel, decode_name(key)))
+        for key in sorted(want, key=decode_name):
+            w, h = want[key], have.get(key)
+            path = join_path(rel, decode_name(key))
+            if w["t"] == "d":
+                if h is not None and h["t"] == "d":
+                    self._plan(path, w["h"], h["h"], extra, counts, plan)
+                    if h["m"] != w["m"]:
+                        plan.add("chmod", path, w["m"])
+                else:
+                    if h is not None:
+                        plan.add("rm", path)
+                    plan.add("mkdir", path)
+                    self._plan(path, w["h"], None, extra, counts, plan)
+                    # Last, so a read-only folder is filled before it becomes read-only.
+                    plan.add("mode", path, w["m"])
+            elif w["t"] == "f":
+                if h is not None and h["t"] == "f" and h["h"] == w["h"]:
+                    plan.unchanged += 1
+                    if h["m"] != w["m"]:
+                        plan.add("chmod", path, w["m"])
+                else:
+                    if h is not None and h["t"] == "d":
+                        plan.add("rm", path)
+                    plan.add("write", path, w["h"], w["m"])
+                    plan.blobs.add(w["h"])
+            elif h is None or h["t"] != "l" or h["target"] != w["target"]:
+                if h is not None:
+                    plan.add("rm", path)
+                plan.add("link", path, decode_name(w["target"]))
+
+    def _apply(self, root: bytes, ops: list[tuple]) -> None:
+        opened: dict[bytes, int] = {}  # folders made writable for the restore -> original mode
+        checked: set[bytes] = set()
+        for op in ops:
+            kind, path = op[0], root + b"/" + op[1]
+            self._writable(os.path.dirname(path), checked, opened)
+            if kind == "rm":
+                remove_tree(path)
+            elif kind == "mkdir":
+                os.mkdir(path, 0o700)
+                checked.add(path)
+            elif kind == "write":
+                self._write_file(path, op[2], op[3])
+            elif kind == "link":
+                os.symlink(op[2], path)
+            elif kind in ("chmod", "mode"):
+                if not os.path.islink(path):
+                    os.chmod(path, op[2])
+                opened.pop(path, None)
+        for folder, mode in opened.items():
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(folder, mode)
+
+    @staticmethod
+    def _writable(folder: bytes, checked: set[bytes], opened: dict[bytes, int]) -> None:
+        if folder in checked:
+            return
+        checked.add(folder)
+        mode = stat.S_IMODE(os.lstat(folder).st_mode)
+        if mode & 0o700 != 0o700:
+            os.chmod(folder, mode | 0o700)
+            opened[folder] = mode
+
+    def _write_file(self, path: bytes, digest: str, mode: int) -> None:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=b".shiftlog-restore-")
+        try:
+            with os.fdopen(fd, "wb") as out, self.blobs.open(digest) as src:
+                h = hashlib.sha256()
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                if h.hexdigest() != digest:
+                    raise CorruptBlob(f"blob {digest} does not match its digest")
+                os.fchmod(out.fileno(), mode)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+class RestorePlan:
+    """What a restore will do, in order: `ops` of (kind, workspace-relative path, *args), where
+    kind is rm | mkdir | write (digest, mode) | link (raw target) | chmod | mode (mode), the
+    latter being a new folder's mode, set once it is filled; `blobs` the file blobs it needs."""
+
+    def __init__(self):
+        self.ops: list[tuple] = []
+        self.blobs: set[str] = set()
+        self.unchanged = 0
+        self.count = dict.fromkeys(("rm", "mkdir", "mode", "write", "link", "chmod"), 0)
+
+    def add(self, kind: str, path: bytes, *args: Any) -> None:
+        self.ops.append((kind, path, *args))
+        self.count[kind] += 1
+
+
+def remove_tree(path: bytes) -> None:
+    """Remove a file, link or folder tree without ever following a link."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+        os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
+    with os.scandir(path) as it:
+        items = list(it)
+    for item in items:
+        if item.is_dir(follow_symlinks=False):
+            remove_tree(item.path)
+        else:
+            os.unlink(item.path)
+    os.rmdir(path)
