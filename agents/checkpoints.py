@@ -1,6 +1,6 @@
 """Checkpoints of a run (workspace and agent state together), rewind, fork, and diffs.
 
-The workspace goes into the content-addressed snapshot store (agents/snapshots.py): a checkpoint
+The workspace goes into the content-addressed snapshot store (agents/snapshots/): a checkpoint
 is a root tree digest, so unchanged files cost nothing. The agent's state at that point is the
 latest handoff and the provider's place, kept on the Checkpoint row.
 

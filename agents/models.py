@@ -430,7 +430,7 @@ class Checkpoint(models.Model):
     seq = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=20, choices=CheckpointKind.choices)
     label = models.CharField(max_length=200, blank=True)
-    # The workspace: the root tree's digest in the snapshot store (agents/snapshots.py).
+    # The workspace: the root tree's digest in the snapshot store (agents/snapshots/).
     tree = models.CharField(max_length=64)
     files = models.PositiveIntegerField(default=0)
     bytes_total = models.PositiveBigIntegerField(default=0)

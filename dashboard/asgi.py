@@ -9,9 +9,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from dashboard.origins import SameOriginValidator  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -20,8 +20,7 @@ application = ProtocolTypeRouter(
         # stylesheet, htmx and its ws extension, vendored by django-htmx) are served from the
         # app folders directly.
         "http": ASGIStaticFilesHandler(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Only the page's own origin (scheme, host and port) may open a socket: see origins.py.
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

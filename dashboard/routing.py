@@ -5,7 +5,7 @@ from django.urls import path
 from dashboard.consumers import LiveConsumer
 
 # One socket per page (see dashboard.consumers); asgi.py wraps these in
-# AllowedHostsOriginValidator(AuthMiddlewareStack(...)).
+# SameOriginValidator(AuthMiddlewareStack(...)).
 websocket_urlpatterns = [
     path("ws/live/", LiveConsumer.as_asgi(), {"mode": "page"}),
     path("ws/live/runs/", LiveConsumer.as_asgi(), {"mode": "list"}),

@@ -30,12 +30,26 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def type_only(tree: ast.Module) -> set[ast.AST]:
+    """Nodes under `if TYPE_CHECKING:`: imports for annotations, never executed."""
+    skipped: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                skipped.update(ast.walk(child))
+    return skipped
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules `name` imports, at the top or inside functions alike."""
+    """The project modules `name` imports, at the top or inside functions alike (imports for
+    type annotations only, under `if TYPE_CHECKING:`, are not executed and do not count)."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skipped = type_only(tree)
     found = set()
     for node in ast.walk(tree):
+        if node in skipped:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]

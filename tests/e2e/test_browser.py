@@ -6,33 +6,24 @@ Set SHIFTLOG_SCREENSHOTS=DIR to keep the screenshots (the README's come from her
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import signal
-import subprocess
 import sys
-import urllib.request
-from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 
 from agents.models import Run, RunStatus
-from tests.procs import Procs, process_env, wait_for
-from tests.test_serve import free_port
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from tests.e2e.helpers import (
+    CHROMIUM,
+    dom_seqs,
+    free_port,
+    log_in,
+    serving,
+    start_demo,
+    status_of,
+    wait_http,
+)
+from tests.procs import Procs, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,132 +33,6 @@ pytestmark = [
         not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
     ),
 ]
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # plain synchronous code all the same.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def pages(browser, tmp_path):
-    """New pages; each one's last state is kept as tmp_path/last-N.png, to look at after a failure."""
-    made = []
-
-    def new_page():
-        page = browser.new_context(viewport={"width": 1360, "height": 900}).new_page()
-        made.append(page)
-        return page
-
-    yield new_page
-    for i, page in enumerate(made):
-        with contextlib.suppress(Exception):
-            page.screenshot(path=str(tmp_path / f"last-{i}.png"), full_page=True)
-
-
-@pytest.fixture
-def shots(tmp_path) -> Path:
-    folder = Path(os.environ.get("SHIFTLOG_SCREENSHOTS") or tmp_path / "shots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-@pytest.fixture
-def eve(db):
-    from django.test import override_settings
-
-    # The servers use the real password hashers, not the tests' fast one.
-    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.PBKDF2PasswordHasher"]):
-        user = get_user_model().objects.create_user("eve", password="pw-eve-12345")
-    for codename in ("decide_approval", "view_run", "control_run"):
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return user
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    def up():
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    wait_for(up, timeout=timeout, what=f"{url} to answer", interval=0.2)
-
-
-def log_in(page, base: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.fill("#id_username", "eve")
-    page.fill("#id_password", "pw-eve-12345")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
-
-
-def start_demo(page, base: str) -> int:
-    page.goto(f"{base}/runs/new/?demo=1")
-    page.click("button:has-text('Start run')")
-    page.wait_for_url(re.compile(r".*/runs/\d+/$"))
-    page.wait_for_selector("#live-state.on")
-    return int(page.url.rstrip("/").rsplit("/", 1)[1])
-
-
-def dom_seqs(page) -> list[int]:
-    return page.eval_on_selector_all(
-        "#events [data-seq]", "els => els.map(e => parseInt(e.dataset.seq, 10))"
-    )
-
-
-def status_of(run_id: int) -> str:
-    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-
-
-def serve_env(tmp_path, **extra) -> dict[str, str]:
-    env = process_env(tmp_path)
-    env.update(
-        {
-            "SHIFTLOG_REQUEUE_AFTER_SECONDS": "2",
-            "SHIFTLOG_REAPER_INTERVAL": "1",
-            "SHIFTLOG_HUEY_IMMEDIATE": "false",
-        }
-    )
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-@contextlib.contextmanager
-def serving(tmp_path, **env):
-    """A real `manage.py serve` (daphne, a huey consumer, the reaper) on the test's database;
-    yields its base URL and stops it the way Ctrl-C does."""
-    port = free_port()
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"],
-        env=serve_env(tmp_path, **env),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http(f"{base}/accounts/login/")
-        yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
