@@ -1,0 +1,84 @@
+"""The web surface against a hostile page, in a real browser: a page served from another port of
+the same host, open in a logged-in supervisor's browser, can neither open the live socket nor read
+a run through it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import make_run
+from tests.e2e.helpers import CHROMIUM, log_in, serving
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
+    ),
+]
+
+# Opens the run's socket and records what happens, for the test to read.
+PROBE = """
+window.__probe = {opened: false, messages: [], closed: null};
+const ws = new WebSocket(URL);
+ws.onopen = () => { window.__probe.opened = true; };
+ws.onmessage = (e) => { window.__probe.messages.push(e.data); };
+ws.onclose = (e) => { window.__probe.closed = e.code; };
+true;  // the script's value (evaluate would call a function left as its last value)
+"""
+
+
+class Elsewhere:
+    """A page on another port of the same host, running PROBE against `url`."""
+
+    def __init__(self, url: str) -> None:
+        page = f"<!doctype html><title>elsewhere</title><script>{PROBE.replace('URL', repr(url))}</script>"
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_page_on_another_port_cannot_read_a_run_through_the_socket(pages, eve, tmp_path):
+    run = make_run(created_by=eve, goal="secret goal: the launch codes")
+    with serving(tmp_path) as base:
+        page = pages()
+        log_in(page, base)
+        socket_url = base.replace("http://", "ws://") + f"/ws/live/runs/{run.pk}/?after=0"
+        # A positive control: the app's own page opens the socket and reads the run.
+        page.goto(f"{base}/")
+        page.evaluate(PROBE.replace("URL", repr(socket_url)))
+        page.wait_for_function("window.__probe.messages.join('').includes('launch codes')")
+        assert page.evaluate("window.__probe.opened") is True
+        # The same browser, the same cookies, another port of the same host: refused.
+        elsewhere = Elsewhere(socket_url)
+        try:
+            other = page.context.new_page()
+            other.goto(elsewhere.url)
+            other.wait_for_function("window.__probe.closed !== null", timeout=10_000)
+            probe = other.evaluate("window.__probe")
+        finally:
+            elsewhere.close()
+        assert probe["opened"] is False and probe["messages"] == [], probe
+        assert probe["closed"] != 1000  # refused at the handshake, not closed after a read
