@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, lifecycle, notifications, policy, sandbox, services
+from agents import eventlog, inputs, lifecycle, notifications, policy, sandbox, services
 from agents.eventlog import NewEvent
 from agents.jobs import enqueue
 from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
@@ -132,32 +132,28 @@ def input_diff(tool: str, before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def parse_edit(approval: Approval, raw: str) -> dict[str, Any]:
-    """The edited input a person typed (web) or passed (CLI): a JSON object with the tool's
-    input, or for bash the command itself. Raises ApprovalError saying what is wrong."""
-    text = (raw or "").replace("\r\n", "\n").strip()
-    if not text:
-        raise ApprovalError("the edited input is empty")
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as e:
-            if approval.tool_name != "bash":
-                raise ApprovalError(f"the edited input is not valid JSON: {e}") from None
-        else:
-            if not isinstance(value, dict):
-                raise ApprovalError("the edited input must be a JSON object")
-            return value
-    if approval.tool_name == "bash":
-        return {**approval.tool_input, "command": text}
-    raise ApprovalError(
-        f'the edited input for {approval.tool_name} must be a JSON object, e.g. {{"path": …}}'
-    )
-
-
-def _get(approval_id: int) -> Approval:
+    """The edited input a person gives, in one format wherever they give it (the web's edit box,
+    `approve --input`, the API): the tool's input as a JSON object, e.g. {"command": "ls"} for
+    bash. Raises ApprovalError saying what is wrong; nothing runs."""
+    example = json.dumps(approval.tool_input)[:200]
     try:
+        value = inputs.load_json((raw or "").strip(), what="the edited input")
+    except inputs.InputError as e:
+        raise ApprovalError(
+            f"{e}; give the tool's input as a JSON object, e.g. {example}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ApprovalError(
+            f"the edited input must be a JSON object (the tool's input), e.g. {example}"
+        )
+    return value
+
+
+def get(approval_id: int) -> Approval:
+    try:
+        approval_id = inputs.object_id(approval_id, what="an approval id")
         return Approval.objects.select_related("run", "decided_by").get(pk=approval_id)
-    except Approval.DoesNotExist:
+    except (Approval.DoesNotExist, inputs.InputError):
         raise ApprovalError(f"no approval with id {approval_id}") from None
 
 
@@ -190,8 +186,11 @@ def decide(
         raise NotAllowed(
             f"{user.get_username() if user else 'anonymous'} may not decide approvals (needs agents.decide_approval)"
         )
-    approval = _get(approval_id)
-    comment = (comment or "").strip()
+    approval = get(approval_id)
+    try:
+        comment = inputs.text(comment, what="the comment", max_length=5_000, required=False)
+    except inputs.InputError as e:
+        raise ApprovalError(str(e)) from None
     if not approve and not comment:
         raise ApprovalError("a denial needs a reason: the agent reads it")
     if edited_input is not None:

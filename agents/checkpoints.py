@@ -24,6 +24,7 @@ from agents import (
     approvals,
     done_conditions,
     eventlog,
+    inputs,
     jobs,
     lifecycle,
     policy,
@@ -156,8 +157,9 @@ def create(
 
 def get(run_id: int, checkpoint_id: int) -> Checkpoint:
     try:
+        checkpoint_id = inputs.object_id(checkpoint_id, what="a checkpoint id")
         return Checkpoint.objects.get(pk=checkpoint_id, run_id=run_id)
-    except Checkpoint.DoesNotExist:
+    except (Checkpoint.DoesNotExist, inputs.InputError):
         raise CheckpointError(f"run {run_id} has no checkpoint {checkpoint_id}") from None
 
 
@@ -238,6 +240,7 @@ def rewind(
 ) -> Discarded:
     """Rewind now, waiting (at most `wait_seconds`) for a worker to finish its step: the CLI's
     way. The web asks a worker to do it (`request_rewind`) and returns at once."""
+    note = _note(note)
     run = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
     if dry_run:
@@ -254,6 +257,7 @@ def request_rewind(run_id: int, checkpoint_id: int, *, actor: str, note: str = "
     """Ask a worker to rewind the run: a `run.rewind_requested` event, and the work queued.
     The worker pauses the run (its own worker finishes the step it is on), restores the
     workspace and queues the run again; the page shows each step as it happens."""
+    note = _note(note)
     run = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
     _check_rewindable(run)
@@ -309,6 +313,14 @@ def carry_out_rewind(
         return False
     _restore(run_id, checkpoint, actor=actor, note=note)
     return True
+
+
+def _note(note: str) -> str:
+    """A person's note for the next session, checked like any text they hand in."""
+    try:
+        return inputs.text(note, what="the note", required=False)
+    except inputs.InputError as e:
+        raise CheckpointError(str(e)) from None
 
 
 def _check_rewindable(run: Run) -> None:
@@ -399,6 +411,7 @@ def fork(
     goal: str | None = None,
     note: str = "",
 ) -> Run:
+    note = _note(note)
     source = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
     script = RunScript.objects.filter(run=source).values_list("script", flat=True).first()

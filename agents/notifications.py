@@ -53,6 +53,8 @@ def notify(run, event: str, **details: Any) -> None:
 
 def post(url: str, payload: dict[str, Any]) -> str:
     """POST the payload once; "" when the receiver took it, else what went wrong."""
+    if not url.startswith(("http://", "https://")):  # urllib would also open file:// and ftp://
+        return "not an http:// or https:// URL"
     try:
         request = urllib.request.Request(
             url,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
-from agents import eventlog, lifecycle, policy, sandbox, verification, workspaces
+from agents import eventlog, inputs, lifecycle, policy, sandbox, verification, workspaces
 from agents.jobs import enqueue
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
@@ -27,14 +27,11 @@ DEMO_GOAL = (
     "and unit tests for it in test_textstats.py. The tests must pass."
 )
 DEMO_CHECKS = ["python3 -m unittest -q"]
+MAX_CHECKS = 50
 
 
-class RunError(ValueError):
-    """Bad input for a run action; the message says what to change."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
+# Bad input for a run action; the message says what to change, `field` which input it was.
+RunError = inputs.InputError
 
 
 def actor_for(user) -> str:
@@ -49,24 +46,19 @@ class Budgets:
     max_wall_seconds: int | None = None
 
     def cleaned(self) -> dict[str, Any]:
+        """The budgets given, checked: whole numbers the columns hold, a finite amount."""
         out: dict[str, Any] = {}
-        for name in ("max_sessions", "max_tokens", "max_wall_seconds"):
+        limits = {"max_sessions": inputs.MAX_INT, "max_tokens": inputs.MAX_BIG_INT,
+                  "max_wall_seconds": inputs.MAX_INT}  # fmt: skip
+        for name, maximum in limits.items():
             value = getattr(self, name)
             if value is not None:
-                if int(value) < 1:
-                    raise RunError(f"{name.replace('_', '-')} must be at least 1", name)
-                out[name] = int(value)
+                what = name.replace("_", "-")
+                out[name] = inputs.whole_number(value, what=what, maximum=maximum, field=name)
         if self.max_cost_usd is not None:
-            try:
-                cost = Decimal(str(self.max_cost_usd))
-            except InvalidOperation:
-                raise RunError(
-                    f"max-cost must be a number of dollars, not {self.max_cost_usd!r}",
-                    "max_cost_usd",
-                ) from None
-            if cost <= 0:
-                raise RunError("max-cost must be more than 0", "max_cost_usd")
-            out["max_cost_usd"] = cost
+            out["max_cost_usd"] = inputs.dollars(
+                self.max_cost_usd, what="max-cost", field="max_cost_usd"
+            )
         return out
 
 
@@ -96,14 +88,24 @@ def create_run(
     protected: dict[str, Any] | None = None,
     actor: str | None = None,
 ) -> Run:
-    goal = (goal or "").strip()
-    if not goal:
-        raise RunError("a run needs a goal", "goal")
-    checks = [c.strip() for c in checks or [] if c and c.strip()]
+    goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
+    checks = [
+        inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
+        for c in checks or []
+        if c and c.strip()
+    ]
     if not checks:
         raise RunError(
             "a run needs at least one check (a shell command that exits 0 when done)", "checks"
         )
+    if len(checks) > MAX_CHECKS:
+        raise RunError(f"a run has at most {MAX_CHECKS} checks", "checks")
+    rubric = inputs.text(rubric, what="the rubric", required=False, field="rubric")
+    judge_model = inputs.text(
+        judge_model, what="the judge's model", max_length=100, required=False, field="judge_model"
+    )
+    if model is not None:
+        model = inputs.text(model, what="the model", max_length=100, field="model") or None
     if provider not in Provider.values:
         raise RunError(
             f"provider must be one of {', '.join(Provider.values)}, not {provider!r}", "provider"
@@ -127,12 +129,15 @@ def create_run(
         tool_policy = policy.validate(tool_policy or [])
     except policy.PolicyError as e:
         raise RunError(f"tool policy: {e}", "tool_policy") from None
-    webhook_urls = [u.strip() for u in webhook_urls or [] if u.strip()]
-    for url in webhook_urls:
-        if not url.startswith(("http://", "https://")):
-            raise RunError(f"webhook {url!r} must be an http:// or https:// URL", "webhook_urls")
-    if approval_timeout_seconds is not None and approval_timeout_seconds < 1:
-        raise RunError("approval-timeout must be at least 1 second", "approval_timeout_seconds")
+    webhook_urls = [
+        inputs.http_url(u, what="webhook", field="webhook_urls")
+        for u in webhook_urls or []
+        if u and u.strip()
+    ]
+    if approval_timeout_seconds is not None:
+        approval_timeout_seconds = inputs.whole_number(
+            approval_timeout_seconds, what="approval-timeout", field="approval_timeout_seconds"
+        )
     if protected_action not in ("deny", "ask"):
         raise RunError("protect-action must be deny or ask", "protected_action")
     criteria = []
@@ -144,11 +149,22 @@ def create_run(
             raise RunError(
                 "each acceptance criterion needs a name (NAME or NAME=CHECK_COMMAND)", "acceptance"
             )
-        if any(c["name"] == item["name"].strip() for c in criteria):
-            raise RunError(f"acceptance criterion {item['name']!r} is listed twice", "acceptance")
-        criteria.append(
-            {"name": item["name"].strip(), "check": item.get("check") or None, "passing": False}
+        name = inputs.text(
+            item["name"],
+            what="an acceptance criterion",
+            max_length=inputs.MAX_LINE,
+            field="acceptance",
         )
+        check = inputs.text(
+            item.get("check") or "",
+            what=f"the check of criterion {name!r}",
+            max_length=inputs.MAX_LINE,
+            required=False,
+            field="acceptance",
+        )
+        if any(c["name"] == name for c in criteria):
+            raise RunError(f"acceptance criterion {name!r} is listed twice", "acceptance")
+        criteria.append({"name": name, "check": check or None, "passing": False})
     if (
         any(not c["check"] for c in criteria)
         and provider == Provider.SCRIPTED
@@ -161,9 +177,16 @@ def create_run(
         )
     config = settings.SHIFTLOG
     fields = {
-        "max_turns_per_session": max_turns_per_session or config["MAX_TURNS_PER_SESSION"],
-        "max_input_tokens_per_session": max_input_tokens_per_session
-        or config["MAX_INPUT_TOKENS_PER_SESSION"],
+        "max_turns_per_session": inputs.whole_number(
+            max_turns_per_session or config["MAX_TURNS_PER_SESSION"],
+            what="max-turns-per-session",
+            field="max_turns_per_session",
+        ),
+        "max_input_tokens_per_session": inputs.whole_number(
+            max_input_tokens_per_session or config["MAX_INPUT_TOKENS_PER_SESSION"],
+            what="max-input-tokens-per-session",
+            field="max_input_tokens_per_session",
+        ),
         **(budgets or Budgets()).cleaned(),
     }
     with transaction.atomic():
@@ -257,8 +280,8 @@ def create_demo_run(created_by=None, *, turn_delay_seconds: float | None = None)
 
 def _get(run_id: int) -> Run:
     try:
-        return Run.objects.get(pk=run_id)
-    except Run.DoesNotExist:
+        return Run.objects.get(pk=inputs.object_id(run_id, what="a run id"))
+    except (Run.DoesNotExist, inputs.InputError):
         raise RunError(f"no run with id {run_id}") from None
 
 
@@ -327,9 +350,7 @@ def cancel_run(run_id: int, *, actor: str, reason: str = "") -> Run:
 
 def note_run(run_id: int, text: str, *, actor: str, author: str = "") -> None:
     run = _get(run_id)
-    text = (text or "").strip()
-    if not text:
-        raise RunError("a note needs some text")
+    text = inputs.text(text, what="a note", field="text", empty="a note needs some text")
     if not run.is_live:
         raise RunError(f"run {run_id} is {run.status}; notes reach only a live run")
     open_session = (

@@ -80,7 +80,6 @@ def call_diff_lines(approval: Approval) -> list[tuple[str, str]]:
 
 
 def edit_value(approval: Approval) -> str:
-    """What the edit box starts with: the command for bash, the input's JSON otherwise."""
-    if approval.tool_name == "bash":
-        return str(approval.tool_input.get("command", ""))
+    """What the edit box starts with: the call's input as JSON, the one format an edit takes
+    (agents.approvals.parse_edit) in the web, the CLI and the API alike."""
     return json.dumps(approval.tool_input, indent=2, ensure_ascii=False)

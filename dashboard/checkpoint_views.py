@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import checkpoints, services
+from agents import checkpoints, inputs, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.snapshots import display
 from dashboard import access, markup, panels
@@ -107,12 +107,16 @@ def checkpoint_action(request: HttpRequest, run_id: int, checkpoint_id: int, act
 @require_POST
 def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.get_controllable_run(request.user, run_id)
-    label = request.POST.get("label", "").strip()[:200]
     error = notice = ""
     try:
+        label = inputs.text(
+            request.POST.get("label", ""), what="the label", max_length=200, required=False
+        )
         checkpoint = checkpoints.create(
             run.pk, kind="manual", label=label, actor=services.actor_for(request.user)
         )
+    except inputs.InputError as e:
+        error = str(e)
     except (checkpoints.CheckpointError, OSError) as e:
         error = f"could not checkpoint: {e}"
     else:
@@ -130,9 +134,9 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
 def _sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
     """Checkpoints a and b (None for `live`, the default) of this run, in one query."""
     try:
-        a_id = int(a or "")
-        b_id = None if b in (None, "", "live") else int(b or "")
-    except ValueError:
+        a_id = inputs.object_id(a or "", what="a")
+        b_id = None if b in (None, "", "live") else inputs.object_id(b, what="b")
+    except inputs.InputError:
         raise Http404("?a=CHECKPOINT&b=CHECKPOINT|live") from None
     found = Checkpoint.objects.filter(run=run).in_bulk([a_id] + ([b_id] if b_id else []))
     if a_id not in found or (b_id is not None and b_id not in found):

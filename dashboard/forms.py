@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.conf import settings
 
+from agents import inputs
 from agents.models import Provider
 from agents.providers.scripted import ScriptError, validate_script
 from agents.services import DEMO_CHECKS, DEMO_GOAL
@@ -20,9 +19,10 @@ def provider_choices() -> list[tuple[str, str]]:
 
 
 class NewRunForm(forms.Form):
-    goal = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
+    goal = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=inputs.MAX_TEXT)
     checks = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=inputs.MAX_TEXT,
         help_text="One shell command a line; the harness runs them when the agent says it is done.",
     )
     provider = forms.ChoiceField(choices=provider_choices, initial=Provider.SCRIPTED)
@@ -31,15 +31,20 @@ class NewRunForm(forms.Form):
         help_text="A JSON script for the scripted provider; empty: the built-in demo.",
     )
     model = forms.CharField(required=False, max_length=100, help_text="Empty: the default.")
-    max_sessions = forms.IntegerField(required=False, min_value=1, initial=10)
-    max_tokens = forms.IntegerField(required=False, min_value=1)
+    max_sessions = forms.IntegerField(
+        required=False, min_value=1, max_value=inputs.MAX_INT, initial=10
+    )
+    max_tokens = forms.IntegerField(required=False, min_value=1, max_value=inputs.MAX_BIG_INT)
     max_cost_usd = forms.DecimalField(
         required=False, min_value=0, max_digits=12, decimal_places=6, label="Max cost (USD)"
     )
-    max_wall_seconds = forms.IntegerField(required=False, min_value=1)
-    max_turns_per_session = forms.IntegerField(required=False, min_value=1)
+    max_wall_seconds = forms.IntegerField(required=False, min_value=1, max_value=inputs.MAX_INT)
+    max_turns_per_session = forms.IntegerField(
+        required=False, min_value=1, max_value=inputs.MAX_INT
+    )
     tool_policy = forms.CharField(
         required=False,
+        max_length=inputs.MAX_JSON_BYTES,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text='JSON rules, e.g. [{"tool": "bash", "pattern": "^pip install", "action": "ask"}]',
     )
@@ -64,11 +69,9 @@ class NewRunForm(forms.Form):
         if upload.size > SCRIPT_LIMIT:
             raise forms.ValidationError("the script is larger than 1 MB")
         try:
-            script = json.loads(upload.read().decode("utf-8"))
+            script = inputs.load_json(upload.read(), what="the script")
             validate_script(script)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise forms.ValidationError(f"not a JSON file: {e}") from None
-        except ScriptError as e:
+        except (inputs.InputError, ScriptError) as e:
             raise forms.ValidationError(str(e)) from None
         return script
 
@@ -77,9 +80,9 @@ class NewRunForm(forms.Form):
         if not raw:
             return []
         try:
-            rules = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise forms.ValidationError(f"not valid JSON: {e}") from None
+            rules = inputs.load_json(raw, what="the tool policy")
+        except inputs.InputError as e:
+            raise forms.ValidationError(str(e)) from None
         if not isinstance(rules, list):
             raise forms.ValidationError("a tool policy is a JSON list of rules")
         return rules
@@ -92,13 +95,15 @@ class NewRunForm(forms.Form):
 
 
 class PolicyForm(forms.Form):
-    rules = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}))
+    rules = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}), max_length=inputs.MAX_JSON_BYTES
+    )
 
     def clean_rules(self) -> list:
         try:
-            rules = json.loads(self.cleaned_data["rules"])
-        except json.JSONDecodeError as e:
-            raise forms.ValidationError(f"not valid JSON: {e}") from None
+            rules = inputs.load_json(self.cleaned_data["rules"], what="the tool policy")
+        except inputs.InputError as e:
+            raise forms.ValidationError(str(e)) from None
         if not isinstance(rules, list):
             raise forms.ValidationError("a tool policy is a JSON list of rules")
         return rules

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
+from dashboard import urls  # noqa: F401 (registers the `id` path converter)
 from dashboard.consumers import LiveConsumer
 
 # One socket per page (see dashboard.consumers); asgi.py wraps these in
@@ -10,5 +11,5 @@ websocket_urlpatterns = [
     path("ws/live/", LiveConsumer.as_asgi(), {"mode": "page"}),
     path("ws/live/runs/", LiveConsumer.as_asgi(), {"mode": "list"}),
     path("ws/live/approvals/", LiveConsumer.as_asgi(), {"mode": "approvals"}),
-    path("ws/live/runs/<int:run_id>/", LiveConsumer.as_asgi(), {"mode": "run"}),
+    path("ws/live/runs/<id:run_id>/", LiveConsumer.as_asgi(), {"mode": "run"}),
 ]

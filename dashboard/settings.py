@@ -92,6 +92,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "dashboard.middleware.Utf8OnlyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -229,6 +230,19 @@ def _tool_policy() -> list:
         raise ImproperlyConfigured(f"SHIFTLOG_TOOL_POLICY: {e}") from None
 
 
+def _webhook_urls() -> list[str]:
+    from agents.inputs import InputError, http_url  # noqa: PLC0415 (as _tool_policy)
+
+    try:
+        return [
+            http_url(u, what="a webhook URL")
+            for u in env_str("SHIFTLOG_WEBHOOK_URLS").split(",")
+            if u.strip()
+        ]
+    except InputError as e:
+        raise ImproperlyConfigured(f"SHIFTLOG_WEBHOOK_URLS: {e}") from None
+
+
 SHIFTLOG = {
     "WORKSPACE_ROOT": Path(env_str("SHIFTLOG_WORKSPACES", str(DATA_DIR / "workspaces"))),
     "BLOB_ROOT": Path(env_str("SHIFTLOG_BLOBS", str(DATA_DIR / "blobs"))),
@@ -253,7 +267,7 @@ SHIFTLOG = {
     # Tool policy rules applied after each run's own (JSON list; see agents/policy.py).
     "TOOL_POLICY": _tool_policy(),
     "APPROVAL_TIMEOUT_SECONDS": env_number("SHIFTLOG_APPROVAL_TIMEOUT", 0, int) or None,
-    "WEBHOOK_URLS": [u for u in env_str("SHIFTLOG_WEBHOOK_URLS").split(",") if u],
+    "WEBHOOK_URLS": _webhook_urls(),
     "WEBHOOK_ATTEMPTS": int(env_number("SHIFTLOG_WEBHOOK_ATTEMPTS", 5)),
     "WEBHOOK_BACKOFF_SECONDS": env_number("SHIFTLOG_WEBHOOK_BACKOFF", 2.0, float),
     # A checkpoint after every N file-changing tool calls (0: only at session ends and approvals).

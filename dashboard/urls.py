@@ -2,49 +2,65 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, register_converter
 
 from dashboard import checkpoint_views, health, views
+
+
+class IdConverter:
+    """A row id in a URL: 1 to 18 digits, so anything a key cannot hold is a 404, not an
+    overflow in the database."""
+
+    regex = "[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("", views.runs, name="home"),
     path("runs/new/", views.new_run, name="run-new"),
-    path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
-    path("runs/<int:run_id>/events/", views.run_events, name="run-events"),
+    path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
     *[
         path(
-            f"runs/<int:run_id>/{action}",
+            f"runs/<id:run_id>/{action}",
             views.run_control,
             {"action": action},
             name=f"run-{action}",
         )
         for action in ("pause", "resume", "cancel")
     ],
-    path("runs/<int:run_id>/note", views.run_note, name="run-note"),
-    path("runs/<int:run_id>/policy", views.run_policy, name="run-policy"),
-    path("runs/<int:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),
+    path("runs/<id:run_id>/note", views.run_note, name="run-note"),
+    path("runs/<id:run_id>/policy", views.run_policy, name="run-policy"),
+    path("runs/<id:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),
     *[
         path(
-            f"runs/<int:run_id>/checkpoints/<int:checkpoint_id>/{action}",
+            f"runs/<id:run_id>/checkpoints/<id:checkpoint_id>/{action}",
             checkpoint_views.checkpoint_action,
             {"action": action},
             name=f"checkpoint-{action}",
         )
         for action in checkpoint_views.ACTIONS
     ],
-    path("runs/<int:run_id>/diff/", checkpoint_views.checkpoint_diff, name="checkpoint-diff"),
+    path("runs/<id:run_id>/diff/", checkpoint_views.checkpoint_diff, name="checkpoint-diff"),
     path(
-        "runs/<int:run_id>/artifacts/<int:artifact_id>/",
+        "runs/<id:run_id>/artifacts/<id:artifact_id>/",
         views.artifact_view,
         name="artifact",
     ),
     path(
-        "runs/<int:run_id>/artifacts/<int:artifact_id>/download",
+        "runs/<id:run_id>/artifacts/<id:artifact_id>/download",
         views.artifact_download,
         name="artifact-download",
     ),
     path("approvals/", views.approvals_inbox, name="approvals"),
-    path("approvals/<int:approval_id>/decide", views.approval_decide, name="approval-decide"),
+    path("approvals/<id:approval_id>/decide", views.approval_decide, name="approval-decide"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(template_name="registration/login.html"),

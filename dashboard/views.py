@@ -20,7 +20,7 @@ from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, services
+from agents import approvals, inputs, services
 from agents.blobstore import BlobStore
 from agents.models import (
     Artifact,
@@ -48,7 +48,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(status=status)
     else:
         status = ""
-    q = request.GET.get("q", "").strip()
+    q = request.GET.get("q", "").replace("\x00", "").strip()[:200]
     if q:
         qs = qs.filter(goal__icontains=q)
     page = Paginator(qs.for_list(), RUNS_PER_PAGE).get_page(request.GET.get("page"))
@@ -140,8 +140,10 @@ def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
     """Older events, for scrolling back: a page of rows and the next "older" marker."""
     run = access.get_run_for_user(request.user, run_id)
     try:
-        before = int(request.GET["before"])
-    except (KeyError, ValueError):
+        before = inputs.whole_number(
+            request.GET.get("before", ""), what="before", maximum=inputs.MAX_BIG_INT
+        )
+    except inputs.InputError:
         raise Http404("before=SEQ is required") from None
     rows = stream.mark_abandoned(
         stream.newest(run.pk, before=before), Event.objects.abandoned_ranges(run.pk)
@@ -189,17 +191,10 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 
 
 def _raised(request) -> services.Budgets | None:
+    """Budgets a person raised on resuming (checked by the service, as the CLI's are)."""
     fields = ("max_sessions", "max_tokens", "max_cost_usd", "max_wall_seconds")
     values = {f: request.POST.get(f, "").strip() or None for f in fields}
-    if not any(values.values()):
-        return None
-    try:
-        for f in ("max_sessions", "max_tokens", "max_wall_seconds"):
-            if values[f] is not None:
-                values[f] = int(values[f])
-    except ValueError:
-        raise services.RunError("budgets must be whole numbers") from None
-    return services.Budgets(**values)
+    return services.Budgets(**values) if any(values.values()) else None
 
 
 @login_required

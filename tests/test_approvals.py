@@ -418,7 +418,7 @@ def test_cli_lists_approves_and_denies_as_named_users(decider):
     assert (a.status, a.edited_input, a.comment) == ("approved", {"command": "echo a"}, "safer")
     assert (b.status, b.comment) == ("denied", "not b")
     with pytest.raises(CommandError, match="not valid JSON"):
-        call_command("approve", str(a.pk), "--user", "dana", "--input", "{oops")
+        call_command("approve", str(b.pk), "--user", "dana", "--input", "{oops")
     with pytest.raises(CommandError, match="no approval with id 999"):
         call_command("deny", "999", "--user", "dana", "--reason", "x")
 
@@ -679,15 +679,20 @@ def test_a_webhook_nobody_listens_on_is_an_event_after_its_only_attempt(settings
     assert failed.payload["url"] == dead and "refused" in failed.payload["error"].lower()
 
 
-def test_a_malformed_global_webhook_url_is_an_event_not_a_crashed_task(settings):
-    # SHIFTLOG_WEBHOOK_URLS is not checked like a run's own webhooks: "hooks.example/x" gets in.
+def test_a_webhook_url_that_is_not_http_is_an_event_never_a_crashed_task_or_a_file_read(
+    settings, tmp_path
+):
+    # Start-up refuses such URLs in SHIFTLOG_WEBHOOK_URLS (tests/test_settings.py); should one
+    # get as far as a delivery anyway, it is refused there too, and said so in the log.
     settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_ATTEMPTS": 1}
     run = make_run(turns=[finish_turn()])
     queued_webhooks()
-    url = "hooks.example/x"
-    assert not tasks.deliver_webhook.call_local(run_id=run.pk, url=url, payload={"event": "x"})
-    failed = Event.objects.get(run=run, kind="notification.failed")
-    assert failed.payload["url"] == url and "unknown url type" in failed.payload["error"]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read me")
+    for url in ("hooks.example/x", f"file://{secret}", "ftp://example.org/x"):
+        assert not tasks.deliver_webhook.call_local(run_id=run.pk, url=url, payload={"event": "x"})
+        failed = Event.objects.get(run=run, kind="notification.failed", payload__url=url)
+        assert "not an http:// or https:// URL" in failed.payload["error"]
 
 
 def test_a_run_that_pauses_posts_a_webhook_saying_why_with_a_link_to_the_run(

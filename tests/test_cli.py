@@ -87,7 +87,9 @@ def test_create_run_refuses_bad_arguments_clearly_with_exit_2(args, message):
 def test_an_invalid_script_file_is_refused_with_where_it_is_wrong(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"turns": [{"tool_calls": [{"input": {}}]}]}))
-    with pytest.raises(CommandError, match=r"turns\[0\]\.tool_calls\[0\] needs a 'name'"):
+    with pytest.raises(
+        CommandError, match=r"turns\[0\]\.tool_calls\[0\]: missing required field 'name'"
+    ):
         cli("create_run", "--goal", "g", "--check", "true", "--script", str(bad))
     bad.write_text("{not json")
     with pytest.raises(CommandError, match="is not valid JSON"):
@@ -155,7 +157,7 @@ def test_argparse_errors_exit_2_from_a_real_process():
         timeout=60,
     )
     assert proc.returncode == 2
-    assert "invalid int value" in proc.stderr
+    assert "an id must be a whole number" in proc.stderr
 
 
 def test_bootstrap_creates_an_admin_once_with_a_one_time_login_link(client):

@@ -378,9 +378,16 @@ def test_a_supervisor_approves_in_place(supervisor, waiting_run):
 
 def test_a_supervisor_edits_then_approves(supervisor, waiting_run):
     approval = Approval.objects.get()
-    client_for(supervisor).post(
+    c = client_for(supervisor)
+    box = c.get("/approvals/").content.decode()
+    # The edit box holds the call's input as JSON: the one format an edit takes everywhere.
+    assert (
+        ">{\n  &quot;command&quot;: &quot;python3 -m unittest -v 2&gt;&amp;1 &amp;&amp; rm -rf"
+        in box
+    )
+    c.post(
         f"/approvals/{approval.pk}/decide",
-        {"decision": "edit", "edited": "python3 -m unittest -v 2>&1"},
+        {"decision": "edit", "edited": '{"command": "python3 -m unittest -v 2>&1"}'},
         HTTP_HX_REQUEST="true",
     )
     approval.refresh_from_db()
@@ -388,6 +395,30 @@ def test_a_supervisor_edits_then_approves(supervisor, waiting_run):
         approval.status == "approved"
         and approval.edited_input["command"] == "python3 -m unittest -v 2>&1"
     )
+
+
+def test_an_edit_that_is_not_the_tools_json_input_is_refused_and_nothing_runs(
+    supervisor, waiting_run
+):
+    approval = Approval.objects.get()
+    before = waiting_run.last_seq
+    c = client_for(supervisor)
+    for edited, message in [
+        ("python3 -m unittest -v", "not valid JSON"),  # a bare command is not the format
+        ('["ls"]', "must be a JSON object"),
+        ('{"cmd": "ls"}', "missing required field &#x27;command&#x27;"),
+        ("[" * 5000 + "]" * 5000, "nested more than"),
+        ('{"command": NaN}', "NaN is not a number JSON allows"),
+    ]:
+        html = c.post(
+            f"/approvals/{approval.pk}/decide",
+            {"decision": "edit", "edited": edited},
+            HTTP_HX_REQUEST="true",
+        ).content.decode()
+        assert message in html, (edited[:40], html)
+    approval.refresh_from_db()
+    waiting_run.refresh_from_db()
+    assert approval.status == "pending" and waiting_run.last_seq == before
 
 
 def test_a_denial_needs_a_reason(supervisor, waiting_run):

@@ -161,3 +161,13 @@ def test_shiftlog_https_makes_the_deployment_checks_pass_for_cookies_redirect_an
     )  # fmt: skip
     for warning in ("W004", "W008", "W012", "W016"):
         assert f"security.{warning}" not in secure.stderr + secure.stdout, secure.stderr
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "hooks.example/x", "ftp://example.org/x", "http://"]
+)
+def test_a_global_webhook_url_that_is_not_http_stops_start_up(tmp_path, url):
+    proc = _check({"SHIFTLOG_WEBHOOK_URLS": f"https://ok.example/hook,{url}"}, tmp_path)
+    assert proc.returncode != 0
+    assert "SHIFTLOG_WEBHOOK_URLS" in proc.stderr and "http:// or https://" in proc.stderr
+    assert _check({"SHIFTLOG_WEBHOOK_URLS": "https://ok.example/hook"}, tmp_path).returncode == 0

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
 import getpass
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from agents import inputs
 from agents.models import Run
 from agents.services import RunError
+
+
+def id_arg(text: str) -> int:
+    """argparse type for an id: a clear error (exit 2) for what no row can have."""
+    try:
+        return inputs.object_id(text, what="an id")
+    except inputs.InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def seq_arg(text: str) -> int:
+    """argparse type for a place in a run's log (0: its beginning)."""
+    try:
+        return inputs.whole_number(text, what="a seq", minimum=0, maximum=inputs.MAX_BIG_INT)
+    except inputs.InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def fail(message: str) -> CommandError:
@@ -17,8 +35,8 @@ def fail(message: str) -> CommandError:
 
 def get_run(run_id: int) -> Run:
     try:
-        return Run.objects.get(pk=run_id)
-    except Run.DoesNotExist:
+        return Run.objects.get(pk=inputs.object_id(run_id, what="a run id"))
+    except (Run.DoesNotExist, inputs.InputError):
         raise fail(f"no run with id {run_id}") from None
 
 
@@ -37,7 +55,7 @@ class RunCommand(BaseCommand):
     """A command acting on one run: `ID [--user NAME]`; RunError becomes a clean exit 2."""
 
     def add_arguments(self, parser):
-        parser.add_argument("run_id", type=int, metavar="ID")
+        parser.add_argument("run_id", type=id_arg, metavar="ID")
         parser.add_argument("--user", help="act as this user (recorded in the log)")
 
     def execute(self, *args, **options):

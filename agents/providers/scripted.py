@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents import inputs, schemas
 from agents.providers.base import ScriptExhausted, Turn, TurnRequest, Usage
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
@@ -32,52 +33,24 @@ class ScriptError(ValueError):
 
 
 def validate_script(script: Any) -> dict[str, Any]:
-    if not isinstance(script, dict):
-        raise ScriptError("a script must be a JSON object with a 'turns' list")
-    delay = script.get("turn_delay_seconds", 0)
-    if not isinstance(delay, int | float) or not 0 <= delay <= 600:
-        raise ScriptError("turn_delay_seconds must be a number of seconds from 0 to 600")
-    turns = script.get("turns")
-    if not isinstance(turns, list) or not turns:
-        raise ScriptError("a script needs a non-empty 'turns' list")
-    judge = script.get("judge", [])
-    if not isinstance(judge, list):
-        raise ScriptError("'judge' must be a list of verdicts")
-    for i, verdict in enumerate(judge):
-        if not isinstance(verdict, dict) or not isinstance(verdict.get("criteria"), list):
-            raise ScriptError(
-                f"judge[{i}] needs a 'criteria' list of {{criterion, passed, reason}}"
-            )
-    for i, turn in enumerate(turns):
-        where = f"turns[{i}]"
-        if not isinstance(turn, dict):
-            raise ScriptError(f"{where} must be an object")
-        unknown = set(turn) - {"text", "tool_calls", "usage", "note"}
-        if unknown:
-            raise ScriptError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
-        if "text" in turn and not isinstance(turn["text"], str):
-            raise ScriptError(f"{where}.text must be a string")
-        calls = turn.get("tool_calls", [])
-        if not isinstance(calls, list):
-            raise ScriptError(f"{where}.tool_calls must be a list")
-        if not calls and not turn.get("text"):
-            raise ScriptError(f"{where} needs text or at least one tool call")
-        for j, call in enumerate(calls):
-            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-                raise ScriptError(f"{where}.tool_calls[{j}] needs a 'name' string")
-            if not isinstance(call.get("input", {}), dict):
-                raise ScriptError(f"{where}.tool_calls[{j}].input must be an object")
+    """The script, if it is one (agents/schemas/script.schema.json); else ScriptError saying
+    where it is wrong. A script that passes cannot crash the runtime later."""
+    problem = schemas.first_error("script", script)
+    if problem is not None:
+        raise ScriptError(problem)
     return script
 
 
 def load_script(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = inputs.load_json(path.read_bytes(), what=str(path))
     except FileNotFoundError:
         raise ScriptError(f"script file not found: {path}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ScriptError(f"{path} is not valid JSON: {e}") from None
+    except OSError as e:
+        raise ScriptError(f"cannot read {path}: {e.strerror}") from None
+    except inputs.InputError as e:
+        raise ScriptError(str(e)) from None
     return validate_script(data)
 
 

@@ -4,6 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from agents.management.base import id_arg
 from agents.models import Approval, ApprovalStatus
 
 
@@ -11,7 +12,7 @@ class Command(BaseCommand):
     help = "List the tool calls waiting for a person (all runs, or one with --run)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--run", type=int, metavar="ID")
+        parser.add_argument("--run", type=id_arg, metavar="ID")
         parser.add_argument("--all", action="store_true", help="decided ones too")
         parser.add_argument("--json", action="store_true")
 

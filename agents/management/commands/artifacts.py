@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import json
 
-from agents.management.base import RunCommand, get_run
+from agents.management.base import RunCommand, get_run, id_arg
 
 
 class Command(RunCommand):
     help = "List a run's artifacts: files, handoff notes and check reports."
 
     def add_arguments(self, parser):
-        parser.add_argument("run_id", type=int, metavar="ID")
+        parser.add_argument("run_id", type=id_arg, metavar="ID")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):

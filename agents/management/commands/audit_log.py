@@ -8,7 +8,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
 from agents.eventlog import describe
-from agents.management.base import fail
+from agents.management.base import fail, id_arg
 from agents.models import Event
 
 
@@ -16,7 +16,7 @@ class Command(BaseCommand):
     help = "What people did: decisions, edits, notes, pause/resume/cancel, rewinds, policy changes."
 
     def add_arguments(self, parser):
-        parser.add_argument("--run", type=int, metavar="ID")
+        parser.add_argument("--run", type=id_arg, metavar="ID")
         parser.add_argument("--since", metavar="TIME", help="ISO time, e.g. 2026-12-01T09:00")
         parser.add_argument("--json", action="store_true")
 

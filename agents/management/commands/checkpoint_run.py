@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agents import checkpoints
+from agents import checkpoints, inputs
 from agents.management.base import RunCommand, acting, fail, get_run
 from agents.models import CheckpointKind
 
@@ -17,7 +17,11 @@ class Command(RunCommand):
         if not run.workspace_path.is_dir():
             raise fail(f"run {run.pk} has no workspace at {run.workspace_path}")
         _, actor = acting(o["user"])
-        cp = checkpoints.create(run.pk, kind=CheckpointKind.MANUAL, label=o["label"], actor=actor)
+        try:
+            label = inputs.text(o["label"], what="--label", max_length=200, required=False)
+        except inputs.InputError as e:
+            raise fail(str(e)) from None
+        cp = checkpoints.create(run.pk, kind=CheckpointKind.MANUAL, label=label, actor=actor)
         self.stdout.write(
             f"checkpoint {cp.pk} of run {run.pk} at #{cp.seq}: {cp.files} files, "
             f"{cp.bytes_added} bytes added to the store"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
+from agents import inputs
 from agents.management.base import acting, fail
 from agents.providers.scripted import ScriptError, load_script
 from agents.services import Budgets, RunError, create_run
@@ -95,9 +96,9 @@ class Command(BaseCommand):
                 except OSError as e:
                     raise fail(f"--policy: cannot read {o['policy']}: {e.strerror}") from None
             try:
-                rules = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise fail(f"--policy is not valid JSON: {e}") from None
+                rules = inputs.load_json(text, what="--policy")
+            except inputs.InputError as e:
+                raise fail(str(e)) from None
         if not o["checks"]:
             raise fail(
                 "give at least one --check CMD: the harness runs it to decide when the run is done"

@@ -3,14 +3,14 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from agents.approvals import ApprovalError, decide
-from agents.management.base import acting, fail
+from agents.management.base import acting, fail, id_arg
 
 
 class Command(BaseCommand):
     help = "Deny a waiting tool call; the reason reaches the agent as the tool's result."
 
     def add_arguments(self, parser):
-        parser.add_argument("approval_id", type=int, metavar="ID")
+        parser.add_argument("approval_id", type=id_arg, metavar="ID")
         parser.add_argument(
             "--user", required=True, help="who decides (needs agents.decide_approval)"
         )

@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from agents import checkpoints
+from agents import checkpoints, inputs
 from agents.management.base import fail
 from agents.models import Checkpoint
 from agents.snapshots import display
@@ -12,8 +12,9 @@ from agents.snapshots import display
 
 def _get(cp_id: str) -> Checkpoint:
     try:
-        return Checkpoint.objects.select_related("run").get(pk=int(cp_id))
-    except (ValueError, Checkpoint.DoesNotExist):
+        pk = inputs.object_id(cp_id, what="a checkpoint id")
+        return Checkpoint.objects.select_related("run").get(pk=pk)
+    except (inputs.InputError, Checkpoint.DoesNotExist):
         raise fail(f"no checkpoint {cp_id!r}") from None
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from agents import checkpoints
-from agents.management.base import RunCommand, acting, fail, get_run
+from agents.management.base import RunCommand, acting, fail, get_run, id_arg
 from agents.services import RunError
 
 
@@ -13,7 +13,7 @@ class Command(RunCommand):
     def add_arguments(self, parser):
         super().add_arguments(parser)
         parser.add_argument(
-            "--from", dest="checkpoint", type=int, required=True, metavar="CHECKPOINT"
+            "--from", dest="checkpoint", type=id_arg, required=True, metavar="CHECKPOINT"
         )
         parser.add_argument("--goal", help="a new goal (default: the same)")
         parser.add_argument("--note", default="")

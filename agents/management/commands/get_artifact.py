@@ -6,7 +6,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 
 from agents.blobstore import BlobStore
-from agents.management.base import fail
+from agents.management.base import fail, id_arg
 from agents.models import Artifact
 
 
@@ -14,7 +14,7 @@ class Command(BaseCommand):
     help = "Write an artifact to a file (--out) or to standard output."
 
     def add_arguments(self, parser):
-        parser.add_argument("artifact_id", type=int, metavar="ID")
+        parser.add_argument("artifact_id", type=id_arg, metavar="ID")
         parser.add_argument("--out", metavar="FILE")
 
     def handle(self, *args, **o):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from agents import checkpoints
-from agents.management.base import RunCommand, acting, fail, get_run
+from agents.management.base import RunCommand, acting, fail, get_run, id_arg
 
 
 def describe_discarded(d: checkpoints.Discarded) -> list[str]:
@@ -33,7 +33,7 @@ class Command(RunCommand):
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
-        parser.add_argument("--to", type=int, required=True, metavar="CHECKPOINT")
+        parser.add_argument("--to", type=id_arg, required=True, metavar="CHECKPOINT")
         parser.add_argument("--note", default="", help="what the next session should know")
         parser.add_argument(
             "--dry-run", action="store_true", help="only show what would be discarded"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agents import inputs
 from agents.management.base import RunCommand, acting, fail, get_run
 from agents.services import RunError, set_policy
 
@@ -28,11 +29,11 @@ class Command(RunCommand):
         _, actor = acting(o["user"])
         try:
             text = Path(o["file"]).read_text() if o["file"] else o["rules"]
-            rules = json.loads(text)
+            rules = inputs.load_json(text, what="the rules")
         except OSError as e:
             raise fail(f"cannot read {o['file']}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise fail(f"the rules are not valid JSON: {e}") from None
+        except inputs.InputError as e:
+            raise fail(str(e)) from None
         try:
             rules = set_policy(run.pk, rules, actor=actor, because="set from the command line")
         except RunError as e:

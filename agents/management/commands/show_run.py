@@ -5,7 +5,7 @@ import json
 from django.conf import settings
 
 from agents import verification
-from agents.management.base import RunCommand, get_run
+from agents.management.base import RunCommand, get_run, id_arg
 from agents.models import ApprovalStatus
 
 
@@ -96,7 +96,7 @@ class Command(RunCommand):
     help = "Show a run: status, reason, sessions, usage, cost, checkpoints, pending approvals."
 
     def add_arguments(self, parser):
-        parser.add_argument("run_id", type=int, metavar="ID")
+        parser.add_argument("run_id", type=id_arg, metavar="ID")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):

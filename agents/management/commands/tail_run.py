@@ -6,7 +6,7 @@ import time
 
 from agents.eventlog import describe
 from agents.lifecycle import TERMINAL
-from agents.management.base import RunCommand, fail, get_run
+from agents.management.base import RunCommand, fail, get_run, id_arg, seq_arg
 from agents.models import Event, Run
 
 
@@ -14,9 +14,9 @@ class Command(RunCommand):
     help = "Print a run's events, one a line; --follow keeps printing until the run is over."
 
     def add_arguments(self, parser):
-        parser.add_argument("run_id", type=int, metavar="ID")
+        parser.add_argument("run_id", type=id_arg, metavar="ID")
         parser.add_argument(
-            "--after", type=int, default=0, metavar="SEQ", help="only events after this seq"
+            "--after", type=seq_arg, default=0, metavar="SEQ", help="only events after this seq"
         )
         parser.add_argument("--follow", "-f", action="store_true")
         parser.add_argument("--json", action="store_true", help="one JSON object a line")
