@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 from datetime import timedelta
@@ -461,3 +462,39 @@ def test_wall_time_budget_warns_at_80_percent_then_pauses_and_raising_it_resumes
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, run.status_reason
     assert len(events_of(run, "tool.result")) == 25 + 1  # every nap, then finish
+
+
+def test_a_provider_that_crashes_fails_the_run_with_what_happened_not_the_worker(monkeypatch):
+    from agents import providers
+
+    class Broken:
+        name, offline = "broken", True
+
+        def next_turn(self, request):
+            return int("not a number")  # what a script with a wrongly typed field once did
+
+    run = make_run(turns=[finish_turn()])
+    monkeypatch.setattr(providers, "for_run", lambda run: Broken())
+    outcome = drive(run.pk)
+    run.refresh_from_db()
+    assert str(outcome) == "failed" and run.status == RunStatus.FAILED
+    assert "the broken provider failed: ValueError" in run.status_reason
+    error = run.events.get(kind="error")
+    assert error.payload["source"] == "provider" and error.payload["error"] == "ProviderCrashed"
+
+
+def test_a_script_with_a_wrongly_typed_field_is_refused_where_it_is_wrong():
+    from agents.services import RunError
+
+    bad = [
+        ({"turns": [{"text": "hi", "usage": {"input_tokens": "lots"}}]}, "turns[0].usage"),
+        ({"turns": [{"tool_calls": [{"name": "bash", "input": "ls"}]}]}, "turns[0].tool_calls"),
+        ({"turns": [{"text": "x"}], "judge": [{"criteria": [{"passed": "yes"}]}]}, "judge[0]"),
+        ({"turns": [{"text": 5}]}, "turns[0].text"),
+        ({"turns": [{}]}, "needs text or at least one tool call"),
+        ({"turns": [{"text": "x"}], "turn_delay_seconds": 1e9}, "turn_delay_seconds"),
+    ]
+    for script, where in bad:
+        with pytest.raises(RunError, match=re.escape(where)):
+            make_run(script=script)
+    assert make_run(script={"turns": [{"text": "ok", "usage": {"input_tokens": 3}}]}).pk

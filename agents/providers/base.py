@@ -110,6 +110,13 @@ class ScriptExhausted(ProviderError):
     action = "fail"
 
 
+class ProviderCrashed(ProviderError):
+    """The provider raised something it should not have (a bug, or input it could not read):
+    the run fails with what happened rather than the worker retrying it forever."""
+
+    action = "fail"
+
+
 class Provider(Protocol):
     name: str
     offline: bool

@@ -31,7 +31,7 @@ from agents.providers.base import ProviderError, Usage
 from agents.providers.pricing import cost_usd
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
-from agents.runtime.turns import Turns
+from agents.runtime.turns import Turns, crashed
 
 
 @dataclass
@@ -211,6 +211,8 @@ class Finish:
             )
         except ProviderError as e:
             self.turns.provider_failed(e)
+        except Exception as e:
+            self.turns.provider_failed(crashed(s.provider, e))
         cost = cost_usd(verdict.model or run.judge_model or run.model, Usage(**verdict.usage))
         s.append(
             s.event(

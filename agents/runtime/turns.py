@@ -3,6 +3,7 @@ recorded with its usage and cost in one transaction, and what happens when the p
 
 from __future__ import annotations
 
+import logging
 from typing import NoReturn
 
 from django.db import transaction
@@ -10,14 +11,25 @@ from django.db import transaction
 from agents import eventlog, sandbox
 from agents.eventlog import NewEvent
 from agents.models import EndReason, EventKind, RunStatus
-from agents.providers.base import ProviderError, Turn, TurnRequest
+from agents.providers.base import ProviderCrashed, ProviderError, Turn, TurnRequest
 from agents.providers.pricing import cost_usd
 from agents.runtime import prompts
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 
+log = logging.getLogger(__name__)
+
 # The system prompt and the tool schemas, in characters: part of every request's size.
 STATIC_CHARS = len(prompts.SYSTEM_PROMPT) + sum(len(str(t)) for t in sandbox.TOOL_SCHEMAS)
+
+
+def crashed(provider, error: Exception) -> ProviderCrashed:
+    log.exception("the %s provider raised %s", getattr(provider, "name", "?"), type(error).__name__)
+    return ProviderCrashed(
+        f"the {getattr(provider, 'name', '')} provider failed: {type(error).__name__}: {error}"[
+            :1000
+        ]
+    )
 
 
 class Turns:
@@ -42,6 +54,8 @@ class Turns:
             return s.provider.next_turn(request)
         except ProviderError as e:
             self.provider_failed(e)
+        except Exception as e:
+            self.provider_failed(crashed(s.provider, e))
 
     def provider_failed(self, e: ProviderError) -> NoReturn:
         """A model call failed for good: record it, then pause (resumable) or fail the run."""
