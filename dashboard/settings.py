@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -73,6 +74,9 @@ if env_bool("SHIFTLOG_HTTPS", False):
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
     SECURE_HSTS_SECONDS = int(env_number("SHIFTLOG_HSTS_SECONDS", 0))
+    # The client's address, for login throttling, is the one the proxy saw.
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+    AXES_IPWARE_PROXY_COUNT = 1
 
 INSTALLED_APPS = [
     "daphne",
@@ -86,6 +90,7 @@ INSTALLED_APPS = [
     "template_partials",
     "channels",
     "huey.contrib.djhuey",
+    "axes",
     "agents",
     "dashboard",
 ]
@@ -100,7 +105,23 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes): after SHIFTLOG_LOGIN_FAILURES wrong passwords for one account,
+# or from one address, logins from it are refused for SHIFTLOG_LOGIN_LOCKOUT_MINUTES (a correct
+# password too); the one-time login link counts its wrong tokens the same way. Admins see the
+# attempts in the admin; `manage.py unlock_login` lifts a lockout.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(env_number("SHIFTLOG_LOGIN_FAILURES", 5)) or 5
+AXES_COOLOFF_TIME = timedelta(minutes=env_number("SHIFTLOG_LOGIN_LOCKOUT_MINUTES", 15, float))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: an account, an address
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 ROOT_URLCONF = "dashboard.urls"
 ASGI_APPLICATION = "dashboard.asgi.application"

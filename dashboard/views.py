@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import mimetypes
 
+from axes.handlers.proxy import AxesProxyHandler
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.signals import user_login_failed
 from django.contrib.auth.tokens import default_token_generator
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
@@ -365,14 +367,21 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
 # --- logging in ------------------------------------------------------------------------------
 @require_http_methods(["GET", "POST"])
 def login_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
-    """The one-time link `make run` prints. GET asks for a click (link previews must not use
-    it up); POST logs in, after which the token no longer matches (last_login changed)."""
+    """The one-time link `make run` and `manage.py login_link` print. GET asks for a click (link
+    previews must not use it up); POST logs in, after which the token no longer matches
+    (last_login changed). A wrong token counts as a failed login (django-axes), so the links
+    cannot be guessed at any faster than passwords."""
     User = get_user_model()
+    if AxesProxyHandler.is_locked(request):
+        return render(request, "registration/locked_out.html", status=429)
     try:
         user = User.objects.get(pk=force_str(urlsafe_base64_decode(uidb64)))
     except (User.DoesNotExist, ValueError, TypeError, OverflowError):
         user = None
     if user is None or not default_token_generator.check_token(user, token):
+        user_login_failed.send(
+            sender=__name__, credentials={"username": "(one-time link)"}, request=request
+        )
         return render(request, "login_link.html", {"invalid": True}, status=403)
     if request.method == "GET":
         return render(request, "login_link.html", {"username": user.get_username()})

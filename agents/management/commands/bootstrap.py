@@ -1,21 +1,11 @@
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.tokens import default_token_generator
 from django.core.management.base import BaseCommand
-from django.urls import reverse
-from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
 
+from agents.management.commands.login_link import login_link
 from agents.models import Run
 from agents.services import create_demo_run
-
-
-def login_link(user) -> str:
-    uid = urlsafe_base64_encode(force_bytes(user.pk))
-    token = default_token_generator.make_token(user)
-    return settings.SHIFTLOG_BASE_URL + reverse("login-link", args=[uid, token])
 
 
 class Command(BaseCommand):

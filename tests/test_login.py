@@ -1,0 +1,104 @@
+"""Logging in: passwords and one-time links, throttled by django-axes (per account and per
+address), the lockout said plainly, seen in the admin and lifted by a command."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from axes.models import AccessAttempt
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client
+
+from tests.conftest import client_for
+
+
+def log_in(password: str, username: str = "olivia", ip: str = "10.0.0.1"):
+    return Client(REMOTE_ADDR=ip).post(
+        "/accounts/login/", {"username": username, "password": password}
+    )
+
+
+def logged_in(response) -> bool:
+    return response.status_code == 302 and response.url == "/"
+
+
+def test_the_right_password_logs_in(owner):
+    assert logged_in(log_in("pw-olivia-1"))
+
+
+def test_after_five_wrong_passwords_the_account_is_locked_even_with_the_right_one(owner):
+    for _ in range(4):
+        response = log_in("wrong")
+        assert response.status_code == 200 and b'class="error"' in response.content
+    assert log_in("wrong").status_code == 429  # the fifth: locked out from here on
+    locked = log_in("pw-olivia-1")
+    assert not logged_in(locked) and locked.status_code == 429
+    assert b"Too many failed logins" in locked.content and b"unlock_login" in locked.content
+    # From another address too: the account is locked, not only the address.
+    assert log_in("pw-olivia-1", ip="10.9.9.9").status_code == 429
+
+
+def test_an_address_that_tries_many_accounts_is_locked_but_not_the_accounts(owner):
+    for i in range(5):
+        log_in("wrong", username=f"guess{i}", ip="10.0.0.66")
+    assert log_in("pw-olivia-1", ip="10.0.0.66").status_code == 429
+    assert logged_in(log_in("pw-olivia-1", ip="10.0.0.7"))  # olivia elsewhere is fine
+
+
+def test_unlock_login_lifts_a_lockout_and_says_how_much(owner):
+    for _ in range(5):
+        log_in("wrong")
+    assert log_in("pw-olivia-1").status_code == 429
+    out = StringIO()
+    call_command("unlock_login", "--user", "olivia", stdout=out)
+    assert "lifted" in out.getvalue()
+    assert logged_in(log_in("pw-olivia-1"))
+
+
+def test_admins_see_the_failed_attempts(owner):
+    log_in("wrong")
+    admin = get_user_model().objects.create_superuser("root", password="pw-root-12345")
+    page = client_for(admin).get("/admin/axes/accessattempt/")
+    assert page.status_code == 200 and b"olivia" in page.content
+    assert AccessAttempt.objects.filter(username="olivia").exists()
+
+
+def test_guessing_one_time_links_is_throttled_like_passwords(owner):
+    from agents.management.commands.login_link import login_link
+
+    c = Client(REMOTE_ADDR="10.0.0.5")
+    for i in range(4):
+        assert c.get(f"/login/MQ/guess-{i}/").status_code == 403
+    assert c.get("/login/MQ/guess-4/").status_code == 429
+    good = login_link(owner).split("127.0.0.1:8000", 1)[1]
+    assert c.get(good).status_code == 429  # even a good link, from the guessing address
+    other = Client(REMOTE_ADDR="10.0.0.6")
+    assert other.get(good).status_code == 200  # a positive control: elsewhere it works
+    assert other.post(good).status_code == 302
+
+
+def test_login_link_prints_a_link_for_the_port_served_as_its_last_line(owner):
+    out = StringIO()
+    call_command("login_link", "--user", "olivia", "--base-url", "http://127.0.0.1:8765", stdout=out)
+    link = out.getvalue().strip().splitlines()[-1]
+    assert link.startswith("http://127.0.0.1:8765/login/")
+    path = link.split("8765", 1)[1]
+    c = Client()
+    assert c.post(path).status_code == 302 and c.get("/").status_code == 200
+    assert Client().post(path).status_code == 403  # used once, then no more
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--user", "nobody"], "no active user"),
+        (["--user", "olivia", "--base-url", "ftp://x"], "--base-url must start"),
+    ],
+)
+def test_login_link_refuses_bad_arguments(owner, args, said):
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match=said):
+        call_command("login_link", *args, stdout=StringIO())
