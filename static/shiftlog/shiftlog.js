@@ -52,6 +52,23 @@
     });
   }
   document.addEventListener("DOMContentLoaded", markAbandoned);
+
+  // The run page opens at the newest event (the stream's bottom).
+  document.addEventListener("DOMContentLoaded", function () {
+    var s = document.getElementById("stream");
+    if (s) s.scrollTop = s.scrollHeight;
+  });
+
+  // "Close" on a checkpoint panel opened in the page empties the panel instead of leaving it
+  // (the link still works without script, or when the panel is a page of its own).
+  document.addEventListener("click", function (e) {
+    var link = e.target.closest && e.target.closest("[data-close-panel]");
+    var panel = document.querySelector("main > .detail #checkpoint-action");
+    if (link && panel && panel.contains(link)) {
+      e.preventDefault();
+      panel.innerHTML = "";
+    }
+  });
   document.addEventListener("htmx:afterSwap", markAbandoned);
 
   var stuckToBottom = true;

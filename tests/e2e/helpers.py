@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 from agents.models import Run
@@ -25,6 +26,17 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def wait_js(page, expression: str, timeout: float = 30_000) -> None:
+    """Wait until a JavaScript expression is truthy in the page. Playwright's own
+    wait_for_function evaluates its predicate with eval, which the pages' Content-Security-Policy
+    (rightly) refuses; page.evaluate goes through the debugging protocol, which it does not."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(f"() => Boolean({expression})"):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout / 1000:g} s waiting for {expression}")
+        page.wait_for_timeout(50)
 
 
 def wait_http(url: str, timeout: float = 30) -> None:

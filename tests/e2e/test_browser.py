@@ -22,6 +22,7 @@ from tests.e2e.helpers import (
     start_demo,
     status_of,
     wait_http,
+    wait_js,
 )
 from tests.procs import Procs, wait_for
 
@@ -44,8 +45,8 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         run_id = start_demo(page, base)
         page.evaluate("window.__notReloaded = true")
         # Events arrive without a reload, and the risky step waits inline with its buttons.
-        page.wait_for_function(
-            "document.querySelectorAll('#events [data-seq]').length >= 10", timeout=30_000
+        wait_js(
+            page, "document.querySelectorAll('#events [data-seq]').length >= 10", timeout=30_000
         )
         approve = page.wait_for_selector(
             ".approval.a-pending button[value=approve]", timeout=60_000
@@ -61,13 +62,14 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         inbox.close()
         approve.click()
         page.wait_for_selector(".approval.a-approved", timeout=10_000)
-        page.wait_for_function(
+        wait_js(
+            page,
             "document.querySelector('#run-header .status').textContent.trim().toLowerCase() === 'succeeded'",
             timeout=60_000,
         )
         assert page.evaluate("window.__notReloaded") is True
         last = Run.objects.get(pk=run_id).last_seq
-        page.wait_for_function(f"document.querySelector('#events [data-seq=\"{last}\"]') !== null")
+        wait_js(page, f"document.querySelector('#events [data-seq=\"{last}\"]') !== null")
         assert dom_seqs(page) == list(range(1, last + 1))
         assert page.inner_text("#approval-count") == "0"
         page.screenshot(path=str(shots / "run-succeeded.png"), full_page=True)
@@ -97,7 +99,8 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
         page.click(".approval.a-pending button[value=approve]", timeout=90_000)
         page.wait_for_selector(".approval.a-approved", timeout=10_000)
         page.click("#run-header button:has-text('Pause')")
-        page.wait_for_function(
+        wait_js(
+            page,
             "document.querySelector('#run-header .status').textContent.trim().toLowerCase()"
             " === 'paused'",
             timeout=30_000,
@@ -119,20 +122,24 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
         # The branch left behind is marked live, without a reload.
         page.wait_for_selector(".ev.abandoned .abandoned-badge", timeout=10_000)
         # The replay arrives live: session 3, then the risky step waits for a person again.
-        page.wait_for_function(
+        wait_js(
+            page,
             f"[...document.querySelectorAll('#events [data-seq]')].some(e => +e.dataset.seq > {rewound_seq} && e.classList.contains('session-started'))",
             timeout=60_000,
         )
         page.click(".approval.a-pending button[value=approve]", timeout=90_000)
-        page.wait_for_function(
+        wait_js(
+            page,
             "document.querySelector('#run-header .status').textContent.trim().toLowerCase()"
             " === 'succeeded'",
             timeout=90_000,
         )
         assert page.evaluate("window.__notReloaded") is True
         last = Run.objects.get(pk=run_id).last_seq
-        page.wait_for_function(
-            f"document.querySelector('#events [data-seq=\"{last}\"]') !== null", timeout=20_000
+        wait_js(
+            page,
+            f"document.querySelector('#events [data-seq=\"{last}\"]') !== null",
+            timeout=20_000,
         )
         seqs = dom_seqs(page)
         assert seqs == list(range(seqs[0], last + 1))  # no gap, no duplicate
@@ -172,9 +179,7 @@ def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_pat
         log_in(page, base)
         run_id = start_demo(page, base)
         page.evaluate("window.__notReloaded = true")
-        page.wait_for_function(
-            "document.querySelectorAll('#events [data-seq]').length >= 6", timeout=30_000
-        )
+        wait_js(page, "document.querySelectorAll('#events [data-seq]').length >= 6", timeout=30_000)
         held = Run.objects.get(pk=run_id).last_seq
         web.signal(signal.SIGKILL)
         web.wait(10)
@@ -200,8 +205,10 @@ def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_pat
             details=procs.logs,
         )
         last = Run.objects.get(pk=run_id).last_seq
-        page.wait_for_function(
-            f"document.querySelector('#events [data-seq=\"{last}\"]') !== null", timeout=20_000
+        wait_js(
+            page,
+            f"document.querySelector('#events [data-seq=\"{last}\"]') !== null",
+            timeout=20_000,
         )
         assert page.evaluate("window.__notReloaded") is True
         assert dom_seqs(page) == list(range(1, last + 1))  # no gap, no duplicate
