@@ -37,11 +37,15 @@ TOOL_SCHEMAS: list[dict] = [
         "description": (
             "Run a shell command (/bin/sh -c) in the workspace folder and get its combined "
             "stdout and stderr, followed by a last line with the exit code. The working "
-            "directory is the workspace root and HOME is the workspace; nothing carries over "
-            "between calls (no cd, no exported variables, and background processes are killed "
-            "when the command ends), so chain steps with && in one command. Standard input is "
+            "directory is the workspace root; only the workspace lasts: HOME and /tmp may start "
+            "empty at every call, and nothing else carries over between calls (no cd, no "
+            "exported variables, and background processes are killed when the command ends), "
+            "so chain steps with && in one command. Commands have limits on memory, processes "
+            "and CPU time; the last line says when one stopped a command. Standard input is "
             "empty, so never run anything interactive: pass flags such as -y, and avoid pagers "
-            "and editors. There may be no network access. Long output keeps only its beginning "
+            "and editors. There may be no network access, or only HTTP(S) through a proxy that "
+            "refuses hosts this run may not reach (its message says why and whether approval "
+            "was asked for). Long output keeps only its beginning "
             "and end: filter it (grep, head, tail) or redirect it to a file and read parts of "
             "it. Prefer read_file, write_file and edit_file over cat, echo or sed for files."
         ),
@@ -403,6 +407,8 @@ def _bash(
         status = "[cancelled]"
     else:
         status = f"[exit code {result.exit_code}]"
+    if result.note:
+        status = f"{status[:-1]}; {result.note}]"
     text = result.output
     if text and not text.endswith("\n"):
         text += "\n"
@@ -416,6 +422,8 @@ def _bash(
             "truncated": result.truncated,
             "duration_ms": round(result.duration_ms, 1),
             "isolation": result.isolation,
+            "limits": result.limits,
+            "exceeded": result.exceeded,
         },
     )
 
