@@ -33,8 +33,8 @@ def marker() -> str:
     return str(random.randint(10**11, 10**12))
 
 
-def live_processes_with(text: str) -> list[int]:
-    """Host pids of processes (not zombies) whose command line contains `text`."""
+def live_processes_with(text: str, *, exact: bool = False) -> list[int]:
+    """Host pids of processes (not zombies) whose command line contains (or, exact, is) `text`."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -44,7 +44,8 @@ def live_processes_with(text: str) -> list[int]:
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if text.encode() in cmdline.replace(b"\0", b" ") and state not in ("Z", "X"):
+        line = cmdline.rstrip(b"\0").replace(b"\0", b" ")
+        if (line == text.encode() if exact else text.encode() in line) and state not in "ZX":
             found.append(int(entry))
     return found
 
