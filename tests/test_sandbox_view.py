@@ -355,3 +355,21 @@ def test_no_secret_of_the_worker_reaches_a_command(host: Host, isolation: str) -
         # Without a PID namespace the host's /proc shows the worker's own environment: the grep
         # does find the canaries there (which is why a worker with secrets needs bubblewrap).
         assert any(value in parts["all"] for value in CANARIES.values())
+
+
+@needs_bwrap
+def test_the_suites_own_data_folder_is_outside_tmp_and_hidden() -> None:
+    from django.conf import settings
+
+    data = Path(settings.DATA_DIR)
+    assert not str(data).startswith("/tmp/"), "a private /tmp would hide it by accident"
+    key = data / "secret_key"
+    assert key.is_file()  # made by the settings: the positive control
+    ws = Workspace(Path(settings.SHIFTLOG["WORKSPACE_ROOT"]) / f"run-view-{marker()}")
+    try:
+        _, out = sandboxed(f"cat {key}; ls -A {data}", ws)
+        assert "No such file or directory" in out
+        assert key.read_text().strip() not in out
+        assert out.splitlines()[-1] == Path(settings.SHIFTLOG["WORKSPACE_ROOT"]).name, out
+    finally:
+        remove_folder(ws.path)
