@@ -51,12 +51,17 @@ def live_processes_with(text: str, *, exact: bool = False) -> list[int]:
 
 
 def gone_within(text: str, seconds: float) -> bool:
+    """True once no such process is seen on two scans in a row (a process in the middle of an
+    exec can show an empty command line for an instant)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not live_processes_with(text):
+    clean = 0
+    while True:
+        clean = clean + 1 if not live_processes_with(text) else 0
+        if clean >= 2:
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.02)
-    return not live_processes_with(text)
 
 
 def kill_all_with(text: str) -> None:

@@ -313,7 +313,12 @@ def test_background_processes_do_not_outlive_the_call(
         timeout=20,
         check=True,
     )
-    assert gone_within(f"sleep {mark}", 0.5) is False
+    deadline = time.monotonic() + 5
+    while not live_processes_with(f"sleep {mark}", exact=True):
+        assert time.monotonic() < deadline, "the escape did not start its sleep"
+        time.sleep(0.02)
+    time.sleep(0.5)
+    assert live_processes_with(f"sleep {mark}", exact=True), "it did not outlive its shell"
     kill_all_with(f"sleep {mark}")
 
 
