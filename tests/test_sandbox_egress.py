@@ -330,3 +330,9 @@ def test_overhead_of_the_proxy_and_the_relay(folder: Path, ws: Workspace, policy
     )
     assert relayed - plain < 1000
     assert not proxy.socket_path.exists()
+
+
+def test_a_socket_path_too_long_is_refused(folder: Path, policy: Policy) -> None:
+    proxy = EgressProxy(folder / ("x" * 120), policy.decide, policy.record)
+    with pytest.raises(ValueError, match="too long"):
+        proxy.start()

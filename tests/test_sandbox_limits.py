@@ -402,3 +402,19 @@ def test_stale_cgroups_are_found_by_name_and_removed(mark: str) -> None:
             folder.rmdir()
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def test_the_bash_tool_passes_limits_on_and_reports_what_bit(ws: Workspace) -> None:
+    from agents.sandbox import execute
+
+    result = execute(
+        ws,
+        "bash",
+        {"command": "head -c 3M /dev/zero > big"},
+        limits=Limits(file_size=1 * MiB),
+        isolation="subprocess",
+    )
+    assert result.is_error
+    assert result.output.endswith("[exit code 153; file size limit (1 MiB) reached]")
+    assert result.data["exceeded"] == ["file_size"]
+    assert result.data["limits"]["file_size"] == "rlimit"

@@ -121,6 +121,8 @@ class EgressProxy:
         # Each refusal is reported through record(); proxy.py would log it as a warning too.
         logging.getLogger("proxy.http.handler").setLevel(logging.ERROR)
         self._flags.shiftlog_egress = self
+        if len(os.fsencode(self.socket_path)) > 107:  # sun_path holds 108 bytes with its NUL
+            raise ValueError(f"socket path too long for a Unix socket: {self.socket_path}")
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()

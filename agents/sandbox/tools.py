@@ -5,14 +5,19 @@ from __future__ import annotations
 import copy
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jsonschema
 
 from agents.sandbox.bash import run_command
+from agents.sandbox.limits import Limits
 from agents.sandbox.workspace import ToolInputError, Workspace
+
+if TYPE_CHECKING:
+    from agents.sandbox.egress import EgressProxy
 
 MAX_CONTENT_BYTES = 5 * 1024 * 1024  # write_file content, edit_file strings
 # A single argv string may not exceed 128 KiB on Linux; longer scripts belong in a file.
@@ -352,15 +357,29 @@ def execute(
     output_limit: int = 30_000,
     extra_env: dict[str, str] | None = None,
     isolation: str | None = None,
+    limits: Limits | None = None,
+    toolchain: Sequence[str] | None = None,
+    egress: EgressProxy | None = None,
 ) -> ToolResult:
-    """Run one workspace tool. Bad input and file errors come back as is_error results."""
+    """Run one workspace tool. Bad input and file errors come back as is_error results.
+
+    limits, toolchain and egress go to run_command for bash (see there)."""
     if name in HARNESS_TOOLS:
         raise ValueError(f"{name} is a harness tool; the runtime executes it, not the sandbox")
     try:
         args = validate_input(name, tool_input)
         if name == "bash":
             return _bash(
-                workspace, args, should_stop, bash_timeout, output_limit, extra_env, isolation
+                workspace,
+                args,
+                should_stop,
+                bash_timeout,
+                output_limit,
+                extra_env,
+                isolation,
+                limits=limits,
+                toolchain=toolchain,
+                egress=egress,
             )
         if name == "read_file":
             return _read_file(workspace, args, output_limit)
@@ -390,6 +409,10 @@ def _bash(
     output_limit: int,
     extra_env: dict[str, str] | None,
     isolation: str | None = None,
+    *,
+    limits: Limits | None = None,
+    toolchain: Sequence[str] | None = None,
+    egress: EgressProxy | None = None,
 ) -> ToolResult:
     timeout = min(args.get("timeout", bash_timeout), bash_timeout)
     result = run_command(
@@ -400,6 +423,9 @@ def _bash(
         should_stop=should_stop,
         extra_env=extra_env,
         isolation=isolation,
+        limits=limits,
+        toolchain=toolchain,
+        egress=egress,
     )
     if result.timed_out:
         status = f"[timed out after {timeout:g}s; process group killed]"
