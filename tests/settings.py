@@ -6,11 +6,19 @@ tests/procs.py); everything else drives runs directly with the runtime.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
-_tmp = tempfile.mkdtemp(prefix="shiftlog-test-")
+# Not under /tmp: bubblewrap gives every command a private /tmp, which would hide a data folder
+# there by accident, and a containment test with such a data folder would prove nothing.
+_tmp = tempfile.mkdtemp(
+    prefix="shiftlog-test-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None
+)
 os.environ.setdefault("SHIFTLOG_DATA_DIR", _tmp)
+# /var/tmp is not emptied at boot as /tmp may be: remove the folder when the tests end.
+atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 
 from dashboard.settings import *  # noqa: E402,F403
 from dashboard.settings import HUEY  # noqa: E402

@@ -100,12 +100,16 @@ def test_stdin_is_empty(ws: Workspace, isolation: str) -> None:
     assert result.output == "after\n"
 
 
-def test_venv_python_is_on_path(ws: Workspace, isolation: str) -> None:
+def test_python_on_path_is_the_base_interpreter_not_shiftlogs_venv(
+    ws: Workspace, isolation: str
+) -> None:
     result = run_command(
-        "python -c 'import sys; print(sys.prefix)'", workspace=ws, isolation=isolation
+        "python3 -c 'import sys; print(sys.prefix)'", workspace=ws, isolation=isolation
     )
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == sys.prefix
+    assert result.output.strip() == sys.base_prefix
+    if sys.prefix != sys.base_prefix:  # the tests run in a venv: it must not be the one found
+        assert result.output.strip() != sys.prefix
 
 
 def test_environment_is_built_from_scratch(
@@ -118,7 +122,8 @@ def test_environment_is_built_from_scratch(
     assert "leaked" not in result.output
     for name in ("ANTHROPIC_API_KEY", "SECRET_KEY", "DATABASE_URL", "REDIS_URL"):
         assert name not in env
-    assert env["HOME"] == str(ws.path)
+    # A private, empty HOME under bubblewrap; the workspace for a plain subprocess.
+    assert env["HOME"] == ("/home/agent" if isolation == "bwrap" else str(ws.path))
     assert env["PATH"].endswith(":/usr/local/bin:/usr/bin:/bin")
     assert env["LANG"] == "C.UTF-8"
     assert env["TERM"] == "dumb"

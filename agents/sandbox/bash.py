@@ -1,4 +1,10 @@
-"""Running an agent's shell commands: confined to the workspace, time-boxed, output-capped."""
+"""Running an agent's shell commands: confined, limited, time-boxed, output-capped.
+
+With bubblewrap ("bwrap") a command sees only the filesystem view.build_view() lists, has no
+network (or only the run's egress proxy), runs in its own PID namespace and dies with it. Without
+it ("subprocess") it runs as a plain child process in the workspace. Either way it gets the
+limits of limits.Limits, and every process it started is killed when the call returns.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +16,32 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import BinaryIO
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, BinaryIO
 
+from agents.sandbox import relay, view
+from agents.sandbox.limits import (
+    DEFAULT_LIMITS,
+    CommandCgroup,
+    Limits,
+    address_space_limit,
+    cgroup_support,
+    cleanup_stale_cgroups,
+    mechanisms,
+)
 from agents.sandbox.workspace import Workspace
+
+if TYPE_CHECKING:
+    from agents.sandbox.egress import EgressProxy
 
 ISOLATIONS = ("bwrap", "subprocess")
 
-# Big enough for builds and test runs, small enough that a runaway loop cannot fill the disk.
-MAX_FILE_SIZE = 2 * 1024**3
-MAX_OPEN_FILES = 1024
+# Kept for callers that read them; the defaults live in Limits now.
+MAX_FILE_SIZE = DEFAULT_LIMITS.file_size
+MAX_OPEN_FILES = DEFAULT_LIMITS.open_files
 
 
 @dataclass
@@ -35,6 +53,13 @@ class CommandResult:
     truncated: bool
     duration_ms: float
     isolation: str  # "bwrap" or "subprocess"
+    # Which mechanism enforced each limit: {"memory": "cgroup-v1", "processes": "cgroup-v1",
+    # "cpu": "rlimit", "file_size": "rlimit", "open_files": "rlimit", "kill": "cgroup-v2",
+    # "network": "none" | "egress-proxy" | "host"}.
+    limits: dict[str, str] = field(default_factory=dict)
+    # The limits that bit: "memory", "processes", "cpu", "file_size".
+    exceeded: list[str] = field(default_factory=list)
+    note: str = ""  # one line for the model about what was exceeded, or ""
 
 
 @functools.cache
@@ -43,20 +68,26 @@ def _bwrap_binary() -> str | None:
     if binary is None:
         return None
     # Probe with the same namespaces and mounts a real run uses: in some containers
-    # a plain bind works while --unshare-all or --proc do not, and then every
+    # a plain bind works while --unshare-all, --uid or --proc do not, and then every
     # command would fail instead of falling back.
-    probe = [
-        binary,
-        *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
-        *("--unshare-all", "--die-with-parent", "true"),
-    ]
     try:
-        done = subprocess.run(
-            probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=10, env={}
-        )
+        with tempfile.TemporaryDirectory(prefix="shiftlog-probe-") as folder:
+            probe = [*view.build_view(folder, bwrap=binary, toolchain=[], etc=()), "/usr/bin/true"]
+            done = subprocess.run(
+                probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=10, env={}
+            )
     except (OSError, subprocess.SubprocessError):
         return None
     return binary if done.returncode == 0 else None
+
+
+@functools.cache
+def _bwrap_problem() -> str:
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed"
+    if _bwrap_binary() is None:
+        return "bwrap is installed but cannot create namespaces here"
+    return ""
 
 
 def isolation_available() -> str:
@@ -64,55 +95,105 @@ def isolation_available() -> str:
     return "bwrap" if _bwrap_binary() else "subprocess"
 
 
-def command_env(workspace: Workspace, extra_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The whole environment a command gets. Built from scratch so no secret of ours leaks in."""
+def describe_isolation(limits: Limits | None = None) -> dict:
+    """What this machine offers, for /readyz and the run's record."""
+    limits = DEFAULT_LIMITS if limits is None else limits
+    support = cgroup_support()
+    bwrap = _bwrap_binary() is not None
+    egress = bwrap and _egress_library()
+    return {
+        "isolation": isolation_available(),
+        "bwrap": bwrap,
+        "bwrap_problem": _bwrap_problem(),
+        "limits": mechanisms(limits, support),
+        "cgroup_notes": list(support.notes),
+        "egress": "proxy" if egress else "unavailable",
+        "egress_problem": ""
+        if egress
+        else ("needs bubblewrap" if not bwrap else "the proxy.py package is not installed"),
+        "network": "none" if bwrap else "host",
+    }
+
+
+def _egress_library() -> bool:
+    try:
+        import proxy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def command_env(
+    workspace: Workspace,
+    extra_env: dict[str, str] | None = None,
+    *,
+    isolation: str = "subprocess",
+    toolchain: Sequence[str] | None = None,
+    egress: bool = False,
+) -> dict[str, str]:
+    """The whole environment a command gets. Built from scratch so no secret of ours leaks in.
+
+    PATH has the toolchain's bin folders first (by default the base interpreter's, never the
+    worker's virtualenv), then the system's. HOME is the workspace for a plain subprocess and a
+    private, empty folder under bubblewrap.
+    """
     env = {
-        "PATH": os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(workspace.path),
+        "PATH": view.toolchain_path(toolchain),
+        "HOME": view.HOME if isolation == "bwrap" else str(workspace.path),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    if isolation == "bwrap":
+        env["USER"] = env["LOGNAME"] = "agent"
+        env["TMPDIR"] = "/tmp"
+    if egress:
+        env.update(relay.proxy_env())
     env.update(extra_env or {})
     return env
 
 
-def _argv(command: str, workspace: Workspace, env: dict[str, str], isolation: str) -> list[str]:
+def _argv(
+    command: str,
+    workspace: Workspace,
+    env: dict[str, str],
+    isolation: str,
+    *,
+    toolchain: Sequence[str] | None,
+    limits: Limits,
+    egress: EgressProxy | None,
+    user_fds: tuple[int, int] | None,
+) -> list[str]:
     if isolation == "subprocess":
         return ["/bin/sh", "-c", command]
-    ws = str(workspace.path)
-    argv = [
-        _bwrap_binary() or "bwrap",
-        *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
-        # After --tmpfs /tmp, so a Python or a workspace that lives under /tmp is not hidden.
-        *_python_binds(),
-        *("--bind", ws, ws, "--chdir", ws),
-        *("--unshare-all", "--die-with-parent", "--clearenv"),
-    ]
-    for key, value in env.items():
-        argv += ["--setenv", key, value]
-    return [*argv, "/bin/sh", "-c", command]
+    argv = view.build_view(
+        workspace.path,
+        bwrap=_bwrap_binary() or "bwrap",
+        toolchain=toolchain,
+        env=env,
+        egress_socket_dir=str(egress.socket_dir) if egress is not None else None,
+        tmp_bytes=limits.tmp_bytes,
+        passwd_fd=user_fds[0] if user_fds else None,
+        group_fd=user_fds[1] if user_fds else None,
+    )
+    if egress is None:
+        return [*argv, "/bin/sh", "-c", command]
+    # Start the relay (it returns once it listens), then become the command.
+    sock = f"{view.EGRESS_DIR}/{relay.SOCKET_NAME}"
+    script = (
+        f'python3 -I -S -c "$1" {sock} {relay.RELAY_PORT} '
+        '|| { echo "shiftlog: the egress relay did not start" >&2; exit 125; }; '
+        'exec /bin/sh -c "$0"'
+    )
+    return [*argv, "/bin/sh", "-c", script, command, relay.RELAY_CODE]
 
 
-def _python_binds() -> list[str]:
-    """Read-only binds for the running Python's folders that /tmp's tmpfs would hide (a checkout
-    or virtualenv under /tmp): tools are promised the venv's python on PATH."""
-    folders = {os.path.dirname(sys.executable), sys.prefix, sys.base_prefix}
-    binds: list[str] = []
-    for folder in sorted(f for f in folders if f == "/tmp" or f.startswith("/tmp/")):
-        if os.path.isdir(folder):
-            binds += ["--ro-bind", folder, folder]
-        real = os.path.realpath(folder)
-        if real != folder and (real.startswith("/tmp/")) and os.path.isdir(real):
-            binds += ["--ro-bind", real, real]
-    return binds
-
-
-def _limit(which: int, value: int) -> None:
-    _soft, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(which, (value, value))
+def _limit(which: int, soft: int, hard: int | None = None) -> None:
+    hard = soft if hard is None else hard
+    _cur_soft, cur_hard = resource.getrlimit(which)
+    if cur_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+    resource.setrlimit(which, (soft, hard))
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -122,23 +203,71 @@ except OSError:  # not Linux
     _libc = None
 
 
-def _set_limits(parent: int) -> None:
-    # Runs in the child between fork and exec: keep it to plain system calls.
-    _limit(resource.RLIMIT_CORE, 0)
-    _limit(resource.RLIMIT_FSIZE, MAX_FILE_SIZE)
-    _limit(resource.RLIMIT_NOFILE, MAX_OPEN_FILES)
-    # Die with the worker, as bwrap's --die-with-parent does: a killed worker's command must
-    # not go on changing the workspace while the next worker drives the run ...
-    if _libc is not None:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # ... also when the worker died between the fork and the prctl.
-        if os.getppid() != parent:
-            os._exit(137)
+@dataclass(frozen=True)
+class _ChildSetup:
+    """What the child does between fork and exec: plain system calls only."""
+
+    parent: int
+    limits: Limits
+    address_space: int | None
+    nproc: int | None
+    join: tuple[str, ...]
+
+    def __call__(self) -> None:
+        # Into the command's cgroups first, so everything it starts is counted and killable.
+        for path in self.join:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        lim = self.limits
+        _limit(resource.RLIMIT_CORE, 0)
+        if lim.file_size is not None:
+            _limit(resource.RLIMIT_FSIZE, lim.file_size)
+        if lim.open_files is not None:
+            _limit(resource.RLIMIT_NOFILE, lim.open_files)
+        if lim.cpu_seconds is not None:
+            # SIGXCPU at the soft limit, SIGKILL at the hard one for a process that ignores it.
+            _limit(resource.RLIMIT_CPU, lim.cpu_seconds, lim.cpu_seconds + 5)
+        if self.address_space is not None:
+            _limit(resource.RLIMIT_AS, self.address_space)
+        if self.nproc is not None:
+            _limit(resource.RLIMIT_NPROC, self.nproc)
+        # Die with the worker, as bwrap's --die-with-parent does: a killed worker's command must
+        # not go on changing the workspace while the next worker drives the run ...
+        if _libc is not None:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            # ... also when the worker died between the fork and the prctl.
+            if os.getppid() != self.parent:
+                os._exit(137)
 
 
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(pgid, signal.SIGKILL)
+
+
+def _size(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def describe_exceeded(exceeded: Sequence[str], limits: Limits) -> str:
+    """One line for the model: which limit stopped the command and what it was."""
+    parts = []
+    for name in exceeded:
+        if name == "memory":
+            parts.append(f"killed: out of memory (limit {_size(limits.memory_bytes or 0)})")
+        elif name == "processes":
+            parts.append(f"process limit reached ({limits.processes} processes): forks refused")
+        elif name == "cpu":
+            parts.append(f"killed: CPU time limit ({limits.cpu_seconds} s) reached")
+        elif name == "file_size":
+            parts.append(f"file size limit ({_size(limits.file_size or 0)}) reached")
+    return "; ".join(parts)
 
 
 def read_capped(file: BinaryIO, limit: int) -> tuple[str, bool]:
@@ -176,12 +305,22 @@ def run_command(
     extra_env: dict[str, str] | None = None,
     isolation: str | None = None,
     poll_interval: float = 0.2,
+    limits: Limits | None = None,
+    toolchain: Sequence[str] | None = None,
+    egress: EgressProxy | None = None,
 ) -> CommandResult:
     """Run `command` with sh in the workspace and wait for it, at most `timeout` seconds.
 
-    The command runs in its own process group; on timeout or when `should_stop()`
-    turns true the whole group is killed, and it is killed after a normal exit too,
-    so no background process outlives the call.
+    `limits`: per-command limits (default DEFAULT_LIMITS). `toolchain`: read-only folders whose
+    bin folders come first on PATH (default: the base interpreter's prefix). `egress`: a started
+    EgressProxy through which HTTP(S) may leave the sandbox; without one a bwrap command has no
+    network at all (under "subprocess" there is no network namespace: the command has the host's
+    network, reported as limits["network"] == "host").
+
+    Every process the command started is killed when the call returns (timeout, `should_stop()`
+    turning true, an exception, or a normal exit with children left in the background): the
+    command's cgroup is killed whole where there is one, its PID namespace ends under bwrap, and
+    its process group is killed in any case.
     """
     if isolation is None:
         isolation = isolation_available()
@@ -189,52 +328,110 @@ def run_command(
         raise ValueError(f"unknown isolation {isolation!r}; expected one of {ISOLATIONS}")
     if isolation == "bwrap" and not _bwrap_binary():
         raise ValueError("isolation 'bwrap' asked for, but bwrap does not work on this machine")
+    limits = DEFAULT_LIMITS if limits is None else limits
+    use_egress = egress if isolation == "bwrap" else None
 
-    env = command_env(workspace, extra_env)
-    argv = _argv(command, workspace, env, isolation)
+    env = command_env(
+        workspace,
+        extra_env,
+        isolation=isolation,
+        toolchain=toolchain,
+        egress=use_egress is not None,
+    )
+    support = cgroup_support()
+    applied = mechanisms(limits, support)
+    if isolation == "bwrap":
+        applied["network"] = "egress-proxy" if use_egress is not None else "none"
+        applied["kill"] = "pid-namespace+" + applied["kill"]
+    else:
+        applied["network"] = "host"
+    cgroup: CommandCgroup | None = None
+    if support.hierarchies():
+        cleanup_stale_cgroups()
+        cgroup = CommandCgroup(limits, support)
+        if cgroup.problems:  # fail closed: say what is not enforced
+            applied["cgroup_problems"] = "; ".join(cgroup.problems)
+    setup = _ChildSetup(
+        parent=os.getpid(),
+        limits=limits,
+        address_space=address_space_limit(limits, support),
+        nproc=limits.processes if applied.get("processes") == "rlimit-nproc" else None,
+        join=tuple(cgroup.join_paths) if cgroup else (),
+    )
+    user_fds = view.user_db_fds() if isolation == "bwrap" else None
     timed_out = cancelled = False
     started = time.monotonic()
     deadline = started + timeout
 
     # A file, not a pipe: a command printing gigabytes cannot block on a full pipe,
     # and we only ever read its head and tail.
-    with tempfile.TemporaryFile(prefix="shiftlog-cmd-") as out:
-        proc = subprocess.Popen(
-            argv,
-            cwd=workspace.path,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=functools.partial(_set_limits, os.getpid()),
-        )
-        try:
-            while proc.poll() is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                try:
-                    proc.wait(timeout=min(poll_interval, remaining))
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if should_stop is not None and should_stop():
-                    cancelled = True
-                    break
-        finally:
-            # Also on a normal exit (background children) and on any exception in
-            # should_stop or from a KeyboardInterrupt.
-            _kill_group(proc.pid)
-            proc.wait()
-        duration_ms = (time.monotonic() - started) * 1000
-        output, truncated = read_capped(out, output_limit)
+    try:
+        with tempfile.TemporaryFile(prefix="shiftlog-cmd-") as out:
+            argv = _argv(
+                command,
+                workspace,
+                env,
+                isolation,
+                toolchain=toolchain,
+                limits=limits,
+                egress=use_egress,
+                user_fds=user_fds,
+            )
+            proc = subprocess.Popen(
+                argv,
+                cwd=workspace.path,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=setup,
+                pass_fds=user_fds or (),
+            )
+            if user_fds:
+                for fd in user_fds:
+                    os.close(fd)
+                user_fds = None
+            try:
+                while proc.poll() is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        timed_out = True
+                        break
+                    try:
+                        proc.wait(timeout=min(poll_interval, remaining))
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
+                    if should_stop is not None and should_stop():
+                        cancelled = True
+                        break
+            finally:
+                # Also on a normal exit (background children) and on any exception in
+                # should_stop or from a KeyboardInterrupt.
+                if cgroup is not None:
+                    cgroup.kill()
+                _kill_group(proc.pid)
+                proc.wait()
+                if cgroup is not None and not cgroup.wait_empty():
+                    applied["kill"] += " (processes left after 5 s)"
+            duration_ms = (time.monotonic() - started) * 1000
+            output, truncated = read_capped(out, output_limit)
+        exceeded = cgroup.exceeded() if cgroup is not None else []
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+        for fd in user_fds or ():
+            os.close(fd)
 
     exit_code: int | None = None
     if not (timed_out or cancelled):
         # Report death by signal the way a shell would (128 + signal number).
         exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        if exit_code == 128 + signal.SIGXCPU:
+            exceeded.append("cpu")
+        elif exit_code == 128 + signal.SIGXFSZ:
+            exceeded.append("file_size")
     return CommandResult(
         exit_code=exit_code,
         output=output,
@@ -243,4 +440,7 @@ def run_command(
         truncated=truncated,
         duration_ms=duration_ms,
         isolation=isolation,
+        limits=applied,
+        exceeded=exceeded,
+        note=describe_exceeded(exceeded, limits),
     )

@@ -5,14 +5,19 @@ from __future__ import annotations
 import copy
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jsonschema
 
 from agents.sandbox.bash import run_command
+from agents.sandbox.limits import Limits
 from agents.sandbox.workspace import ToolInputError, Workspace
+
+if TYPE_CHECKING:
+    from agents.sandbox.egress import EgressProxy
 
 MAX_CONTENT_BYTES = 5 * 1024 * 1024  # write_file content, edit_file strings
 # A single argv string may not exceed 128 KiB on Linux; longer scripts belong in a file.
@@ -37,11 +42,15 @@ TOOL_SCHEMAS: list[dict] = [
         "description": (
             "Run a shell command (/bin/sh -c) in the workspace folder and get its combined "
             "stdout and stderr, followed by a last line with the exit code. The working "
-            "directory is the workspace root and HOME is the workspace; nothing carries over "
-            "between calls (no cd, no exported variables, and background processes are killed "
-            "when the command ends), so chain steps with && in one command. Standard input is "
+            "directory is the workspace root; only the workspace lasts: HOME and /tmp may start "
+            "empty at every call, and nothing else carries over between calls (no cd, no "
+            "exported variables, and background processes are killed when the command ends), "
+            "so chain steps with && in one command. Commands have limits on memory, processes "
+            "and CPU time; the last line says when one stopped a command. Standard input is "
             "empty, so never run anything interactive: pass flags such as -y, and avoid pagers "
-            "and editors. There may be no network access. Long output keeps only its beginning "
+            "and editors. There may be no network access, or only HTTP(S) through a proxy that "
+            "refuses hosts this run may not reach (its message says why and whether approval "
+            "was asked for). Long output keeps only its beginning "
             "and end: filter it (grep, head, tail) or redirect it to a file and read parts of "
             "it. Prefer read_file, write_file and edit_file over cat, echo or sed for files."
         ),
@@ -348,15 +357,29 @@ def execute(
     output_limit: int = 30_000,
     extra_env: dict[str, str] | None = None,
     isolation: str | None = None,
+    limits: Limits | None = None,
+    toolchain: Sequence[str] | None = None,
+    egress: EgressProxy | None = None,
 ) -> ToolResult:
-    """Run one workspace tool. Bad input and file errors come back as is_error results."""
+    """Run one workspace tool. Bad input and file errors come back as is_error results.
+
+    limits, toolchain and egress go to run_command for bash (see there)."""
     if name in HARNESS_TOOLS:
         raise ValueError(f"{name} is a harness tool; the runtime executes it, not the sandbox")
     try:
         args = validate_input(name, tool_input)
         if name == "bash":
             return _bash(
-                workspace, args, should_stop, bash_timeout, output_limit, extra_env, isolation
+                workspace,
+                args,
+                should_stop,
+                bash_timeout,
+                output_limit,
+                extra_env,
+                isolation,
+                limits=limits,
+                toolchain=toolchain,
+                egress=egress,
             )
         if name == "read_file":
             return _read_file(workspace, args, output_limit)
@@ -386,6 +409,10 @@ def _bash(
     output_limit: int,
     extra_env: dict[str, str] | None,
     isolation: str | None = None,
+    *,
+    limits: Limits | None = None,
+    toolchain: Sequence[str] | None = None,
+    egress: EgressProxy | None = None,
 ) -> ToolResult:
     timeout = min(args.get("timeout", bash_timeout), bash_timeout)
     result = run_command(
@@ -396,6 +423,9 @@ def _bash(
         should_stop=should_stop,
         extra_env=extra_env,
         isolation=isolation,
+        limits=limits,
+        toolchain=toolchain,
+        egress=egress,
     )
     if result.timed_out:
         status = f"[timed out after {timeout:g}s; process group killed]"
@@ -403,6 +433,8 @@ def _bash(
         status = "[cancelled]"
     else:
         status = f"[exit code {result.exit_code}]"
+    if result.note:
+        status = f"{status[:-1]}; {result.note}]"
     text = result.output
     if text and not text.endswith("\n"):
         text += "\n"
@@ -416,6 +448,8 @@ def _bash(
             "truncated": result.truncated,
             "duration_ms": round(result.duration_ms, 1),
             "isolation": result.isolation,
+            "limits": result.limits,
+            "exceeded": result.exceeded,
         },
     )
 

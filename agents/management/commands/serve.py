@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -11,6 +13,16 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from agents.reaper import reap
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(libc: ctypes.CDLL, parent: int) -> None:
+    """In a child, between fork and exec: get SIGKILL when `parent` (serve) dies, however it
+    dies (a SIGKILL or the OOM killer gives it no chance to stop its children)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # serve died between the fork and the prctl
+        os._exit(1)
 
 
 class Command(BaseCommand):
@@ -27,8 +39,16 @@ class Command(BaseCommand):
 
             raise fail("--port must be between 1 and 65535")
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        # Stop cleanly on SIGTERM and SIGINT alike, also when started in the background
+        # (`nohup ... &`), where the shell starts us with SIGINT ignored. Installed before the
+        # children start, so a signal that comes early is not lost.
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        # libc is loaded here, not in the child: only plain calls between fork and exec.
+        die_with_us = functools.partial(_die_with, ctypes.CDLL(None, use_errno=True), os.getpid())
         # Children get their own process groups: Ctrl-C reaches only us, and we stop them in
-        # order (worker gracefully first, so the running step finishes).
+        # order (worker gracefully first, so the running step finishes). They die with us too.
         children = {
             "worker": subprocess.Popen(
                 [
@@ -44,6 +64,7 @@ class Command(BaseCommand):
                     "30",
                 ],
                 start_new_session=True,
+                preexec_fn=die_with_us,
             ),
             "web": subprocess.Popen(
                 [
@@ -57,6 +78,7 @@ class Command(BaseCommand):
                     "dashboard.asgi:application",
                 ],
                 start_new_session=True,
+                preexec_fn=die_with_us,
                 env={
                     **os.environ,
                     "DJANGO_SETTINGS_MODULE": os.environ.get(
@@ -65,8 +87,6 @@ class Command(BaseCommand):
                 },
             ),
         }
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         reaper = threading.Thread(target=self._reap_forever, args=(stop,), daemon=True)
         reaper.start()
         self.stdout.write(
