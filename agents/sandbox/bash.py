@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib.util
 import os
 import resource
 import shutil
@@ -116,11 +117,7 @@ def describe_isolation(limits: Limits | None = None) -> dict:
 
 
 def _egress_library() -> bool:
-    try:
-        import proxy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("proxy") is not None
 
 
 def command_env(

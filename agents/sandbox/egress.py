@@ -34,6 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from proxy.common.flag import FlagParser
+from proxy.common.logger import Logger
+from proxy.core.work.threaded import start_threaded_work
+from proxy.http.exception import HttpRequestRejected
+from proxy.http.handler import HttpProtocolHandler
+from proxy.http.proxy import HttpProxyBasePlugin
+
 from agents.sandbox.relay import SOCKET_NAME
 
 Decide = Callable[[str, int], str]
@@ -96,9 +103,6 @@ class EgressProxy:
     def start(self) -> EgressProxy:
         if self._server is not None:
             return self
-        from proxy.common.flag import FlagParser
-        from proxy.common.logger import Logger
-        from proxy.http.handler import HttpProtocolHandler
 
         # proxy.py's flag parsing also configures the root logger and the process's open-file
         # limit, as its command line does: not ours to change in a worker.
@@ -164,8 +168,6 @@ class EgressProxy:
 
     # --- connections --------------------------------------------------------------------------
     def _accept(self) -> None:
-        from proxy.core.work.threaded import start_threaded_work
-
         while self._server is not None:
             try:
                 conn, _ = self._server.accept()
@@ -196,8 +198,6 @@ class EgressProxy:
 
 
 def _plugin_base() -> type:
-    from proxy.http.proxy import HttpProxyBasePlugin
-
     return HttpProxyBasePlugin
 
 
@@ -256,8 +256,6 @@ class _PolicyPlugin(_plugin_base()):  # type: ignore[misc]
 
 
 def _rejected(host: str, port: int, decision: str) -> Exception:
-    from proxy.http.exception import HttpRequestRejected
-
     return HttpRequestRejected(
         status_code=403,
         reason=b"Forbidden",

@@ -12,6 +12,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agents.management.base import fail
 from agents.reaper import reap
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -35,8 +36,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if not 0 < o["port"] < 65536:
-            from agents.management.base import fail
-
             raise fail("--port must be between 1 and 65535")
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         # Stop cleanly on SIGTERM and SIGINT alike, also when started in the background
