@@ -58,7 +58,12 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
                 base = f"{base}.{node.module}" if node.module else base
-            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            # `from pkg import mod` imports the module pkg.mod; `from pkg import name`, a name
+            # defined in pkg/__init__.py.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            ]
         for target in targets:
             # The longest known module the name lies in: `from agents import x` may name the
             # module agents.x or a name defined in agents/__init__.py.
