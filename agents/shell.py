@@ -207,6 +207,13 @@ class Word:
     source: str
     values: tuple[str, ...] = ()  # every string it may become; () when unknown
     unknown: str = ""  # why its value is only known when it runs; "" when known
+    globs: tuple[bool, ...] = ()  # per value: has an unquoted * ? or [ (unsaid: maybe)
+
+    def readings(self) -> list[tuple[str, bool]]:
+        """Each value, and whether it may be a glob."""
+        return [
+            (v, self.globs[i] if i < len(self.globs) else True) for i, v in enumerate(self.values)
+        ]
 
     @property
     def value(self) -> str | None:
@@ -244,6 +251,7 @@ class Command:
     redirects: tuple[Redirect, ...] = ()
     source: str = ""
     context: str = ""  # "" at the top; "command substitution", "find -exec", "xargs", …
+    assigns: tuple[str, ...] = ()  # variables set for it alone: `X=1 cmd`, `env X=1 cmd`
 
     @property
     def family(self) -> str:
@@ -269,29 +277,34 @@ class Script:
     opaque: tuple[str, ...] = ()  # why it cannot be read plainly; () when it can
     single: bool = False  # exactly one simple command, nothing joined, redirected or substituted
 
-    def place(self, value: str, cwd: PurePosixPath | None) -> PurePosixPath | None:
-        """Where a path value lands, relative to the workspace root; None when outside/unknown."""
-        return _place(value, cwd, self.workspace)
+    def place(
+        self, value: str, cwd: PurePosixPath | None, *, glob: bool = True
+    ) -> PurePosixPath | None:
+        """Where a path value lands, relative to the workspace root; None when outside/unknown.
+        `glob`: its * ? [ may be a glob (False when they were quoted)."""
+        return _place(value, cwd, self.workspace, glob=glob)
 
     def inside(self, word: Word, cwd: PurePosixPath | None) -> bool:
         """Every value the word may become is a path inside the workspace."""
         if word.unknown or not word.values:
             return False
-        return all(self.place(v, cwd) is not None for v in word.values)
+        return all(self.place(v, cwd, glob=g) is not None for v, g in word.readings())
 
 
 # --- paths ------------------------------------------------------------------------------------
 _GLOB = re.compile(r"[*?\[]")
 
 
-def _place(value: str, cwd: PurePosixPath | None, workspace: Path | None) -> PurePosixPath | None:
+def _place(
+    value: str, cwd: PurePosixPath | None, workspace: Path | None, *, glob: bool = True
+) -> PurePosixPath | None:
     if value.startswith(HOME) or "\0" in value:
         return None
     if value.startswith("/"):
         if workspace is None:
             return None
         root = PurePosixPath(os.path.normpath(str(workspace)))
-        parts = _normalise(PurePosixPath("/"), value)
+        parts = _normalise(PurePosixPath("/"), value, glob)
         if parts is None:
             return None
         absolute = PurePosixPath("/", *parts)
@@ -301,22 +314,22 @@ def _place(value: str, cwd: PurePosixPath | None, workspace: Path | None) -> Pur
     else:
         if cwd is None:
             return None
-        parts = _normalise(cwd, value)
+        parts = _normalise(cwd, value, glob)
         if parts is None:
             return None
         rel = PurePosixPath(*parts) if parts else PurePosixPath(".")
-    if workspace is not None and not _stays_inside_on_disk(Path(workspace), rel):
+    if workspace is not None and not _stays_inside_on_disk(Path(workspace), rel, glob):
         return None
     return rel
 
 
-def _normalise(base: PurePosixPath, value: str) -> list[str] | None:
+def _normalise(base: PurePosixPath, value: str, glob: bool) -> list[str] | None:
     """The path's parts after `..` and `.`; a glob part that may match `..` climbs. None: above."""
     stack = [p for p in base.parts if p not in ("/", ".")]
     for part in value.split("/"):
         if part in ("", "."):
             continue
-        if part == ".." or (_GLOB.search(part) and part[0] in ".[?"):
+        if part == ".." or (glob and _GLOB.search(part) and part[0] in ".[?"):
             if not stack:
                 return None
             stack.pop()
@@ -325,11 +338,11 @@ def _normalise(base: PurePosixPath, value: str) -> list[str] | None:
     return stack
 
 
-def _stays_inside_on_disk(workspace: Path, rel: PurePosixPath) -> bool:
+def _stays_inside_on_disk(workspace: Path, rel: PurePosixPath, glob: bool) -> bool:
     """Symbolic links in the part of the path that exists do not lead out of the workspace."""
     literal = []
     for part in rel.parts:
-        if _GLOB.search(part):
+        if glob and _GLOB.search(part):
             break
         literal.append(part)
     try:
@@ -470,11 +483,12 @@ def _double_quoted(text: str) -> str:
     return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
 
 
-def _expand(parts: list[_Part]) -> tuple[tuple[str, ...], str]:
-    """The values a word's parts may become, or ((), why) when they are only known at run time."""
+def _expand(parts: list[_Part]) -> tuple[tuple[str, ...], str, tuple[bool, ...]]:
+    """The values a word's parts may become and whether each may be a glob, or ((), why, ())
+    when they are only known at run time."""
     for part in parts:
         if part[0] == "unk":
-            return (), part[1]
+            return (), part[1], ()
     variants: list[list[tuple[str, bool]]] = [[]]
     for part in parts:
         if part[0] == "lit":
@@ -483,19 +497,19 @@ def _expand(parts: list[_Part]) -> tuple[tuple[str, ...], str]:
         else:  # alt: bash reads one thing, sh another
             variants = [v + [(c, True) for c in text] for v in variants for text in part[1:]]
         if len(variants) > MAX_VALUES:
-            return (), "too many readings"
-    values: list[str] = []
+            return (), "too many readings", ()
+    values: dict[str, bool] = {}
     for chars in variants:
         expanded = [chars, *_braces(chars)]
         if len(expanded) > MAX_VALUES:
-            return (), "too many brace expansions"
+            return (), "too many brace expansions", ()
         for one in expanded:
             text = _tilde(one)
-            if text not in values:
-                values.append(text)
+            glob = any(c in "*?[" and not quoted for c, quoted in one)
+            values[text] = values.get(text, False) or glob
     if len(values) > MAX_VALUES:
-        return (), "too many brace expansions"
-    return tuple(values), ""
+        return (), "too many brace expansions", ()
+    return tuple(values), "", tuple(values.values())
 
 
 def _tilde(chars: list[tuple[str, bool]]) -> str:
@@ -751,12 +765,14 @@ def _statement(node: tree_sitter.Node, state: _State) -> None:
 def _command(node: tree_sitter.Node, state: _State) -> None:
     words: list[Word] = []
     redirects: list[tree_sitter.Node] = []
+    assigns: list[str] = []
     previous: tree_sitter.Node | None = None
     for child in node.children:
         glued = previous is not None and _glued(previous, child, state)
         previous = child
         if child.type == "variable_assignment":
             _assignments(child, state, prefix=True)
+            assigns.append(state.text(child).split("=", 1)[0])
             continue
         if child.type in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
             redirects.append(child)
@@ -774,7 +790,7 @@ def _command(node: tree_sitter.Node, state: _State) -> None:
     for r in redirects:
         _redirect(r, state)
     if words:
-        _simple(words, state, source=state.text(node))
+        _simple(words, state, source=state.text(node), assigns=assigns)
 
 
 def _glued(a: tree_sitter.Node, b: tree_sitter.Node, state: _State) -> bool:
@@ -783,31 +799,46 @@ def _glued(a: tree_sitter.Node, b: tree_sitter.Node, state: _State) -> bool:
     return not gap.isspace()
 
 
-def _simple(words: list[Word], state: _State, *, source: str, context: str = "") -> None:
+def _simple(
+    words: list[Word],
+    state: _State,
+    *,
+    source: str,
+    context: str = "",
+    assigns: list[str] | None = None,
+) -> None:
     """Record one simple command (and the commands it runs), unwrapping its program."""
     context = context or state.context
+    assigns = list(assigns or [])
     cwd = state.cwd
     wrappers: list[str] = []
     while words:
         head = words[0]
         name = head.value
+        why = ""
         if name is None:
-            state.unreadable(
-                "the program is only known when it runs"
-                + (f" ({head.unknown})" if head.unknown else " (braces)")
+            why = "the program is only known when it runs" + (
+                f" ({head.unknown})" if head.unknown else " (braces)"
             )
-            return
-        if _GLOB.search(name):
-            state.unreadable("the program name is a glob")
+        elif _GLOB.search(name):
+            why = "the program name is a glob"
+        if why:
+            state.unreadable(why)
+            unknown = Command(None, tuple(words[1:]), tuple(wrappers), cwd, (), source, context)
+            state.commands.append(unknown)  # its wrappers (sudo) still count
             return
         program = name.rsplit("/", 1)[-1] if "/" in name.rstrip("/") else name
         program = program.replace(HOME, "~")
         rest = words[1:]
-        unwrapped = _unwrap(program, rest, state)
+        unwrapped = _unwrap(program, rest, state, assigns)
         if unwrapped is None:
             break
         wrappers.append(program)
         words, chdir = unwrapped
+        if words is _GAVE_UP:  # its options could not be read: what it runs is unknown
+            unknown = Command(None, tuple(rest), tuple(wrappers), cwd, (), source, context)
+            state.commands.append(unknown)
+            return
         if chdir is not _SAME:
             cwd = chdir
     else:
@@ -819,24 +850,28 @@ def _simple(words: list[Word], state: _State, *, source: str, context: str = "")
         cwd=cwd,
         source=source,
         context=context,
+        assigns=tuple(assigns),
     )
     state.commands.append(command)
     _understand(command, state)
 
 
 _SAME = object()  # a wrapper that leaves where the command runs as it was
+_GAVE_UP: list[Word] = []  # a wrapper whose options could not be read (compared by identity)
 
 
-def _unwrap(program: str, rest: list[Word], state: _State) -> tuple[list[Word], Any] | None:
+def _unwrap(
+    program: str, rest: list[Word], state: _State, assigns: list[str]
+) -> tuple[list[Word], Any] | None:
     """If `program` only runs the rest: the rest as a command, and where it runs (a path, None
     when unknown, or _SAME). None when `program` is not a wrapper."""
     if program == "env":
-        return _env(rest, state)
+        return _env(rest, state, assigns)
     if program == "xargs":
         _xargs(rest, state)
         return [], _SAME
-    if program in ("command", "type", "hash") and any(
-        w.value and re.fullmatch(r"-[pPtfa]*[vV][pPtfa]*", w.value) for w in rest[:2]
+    if program == "command" and any(
+        re.fullmatch(r"-p?[vV]p?", w.value or "") for w in _leading_options(rest)
     ):
         return None  # `command -v x` asks about x, it does not run it
     if program in GENERIC_WRAPPERS:
@@ -860,7 +895,7 @@ def _unwrap(program: str, rest: list[Word], state: _State) -> tuple[list[Word], 
         text = rest[i].value
         if text is None:
             state.unreadable(f"{program}'s arguments are only known when it runs")
-            return [], _SAME
+            return _GAVE_UP, _SAME
         if text == "--":
             i += 1
             break
@@ -887,7 +922,7 @@ def _unwrap(program: str, rest: list[Word], state: _State) -> tuple[list[Word], 
                 break
             if letter not in plain:
                 state.unreadable(f"an option of {program} this reader does not know ({text})")
-                return [], _SAME
+                return _GAVE_UP, _SAME
     if program == "timeout" and i < len(rest):
         i += 1  # the duration
     if program in ("sudo", "doas") and i >= len(rest):
@@ -895,21 +930,29 @@ def _unwrap(program: str, rest: list[Word], state: _State) -> tuple[list[Word], 
     return rest[i:], cwd_change
 
 
+def _leading_options(words: list[Word]) -> list[Word]:
+    """The words before the first that is not an option."""
+    for i, word in enumerate(words):
+        if word.value is None or not word.value.startswith("-") or word.value in ("-", "--"):
+            return words[:i]
+    return words
+
+
 def _value(words: list[Word], i: int) -> str | None:
     return words[i].value if i < len(words) else None
 
 
-def _env(rest: list[Word], state: _State) -> tuple[list[Word], Any]:
+def _env(rest: list[Word], state: _State, assigns: list[str]) -> tuple[list[Word], Any]:
     i = 0
     cwd: Any = _SAME
     while i < len(rest):
         text = rest[i].value
         if text is None:
             state.unreadable("env's arguments are only known when it runs")
-            return [], _SAME
+            return _GAVE_UP, _SAME
         if text in ("-S", "--split-string") or text.startswith(("-S", "--split-string=")):
             state.unreadable("env -S splits text into a command")
-            return [], _SAME
+            return _GAVE_UP, _SAME
         if text in ("-u", "--unset", "-C", "--chdir"):
             if text in ("-C", "--chdir"):
                 cwd = _cd_target(_value(rest, i + 1), state)
@@ -925,10 +968,11 @@ def _env(rest: list[Word], state: _State) -> tuple[list[Word], Any]:
         if text.startswith("-") and text != "-":
             if not re.fullmatch(r"-[i0v]+|--(ignore-environment|null|debug)|-u.+|--unset=.*", text):
                 state.unreadable(f"an option of env this reader does not know ({text})")
-                return [], _SAME
+                return _GAVE_UP, _SAME
             i += 1
             continue
         if "=" in text and re.fullmatch(r"[A-Za-z_]\w*", text.split("=", 1)[0]):
+            assigns.append(text.split("=", 1)[0])
             i += 1
             continue
         break
@@ -1359,8 +1403,8 @@ def _heredoc_body(node: tree_sitter.Node, state: _State) -> None:
 def _word(node: tree_sitter.Node, state: _State) -> Word:
     """A word as the shell reads it: its values, or why it cannot be known."""
     parts = list(_parts(node, state, quoted=False))
-    values, unknown = _expand(parts)
-    return Word(state.text(node), values, unknown)
+    values, unknown, globs = _expand(parts)
+    return Word(state.text(node), values, unknown, globs)
 
 
 def _parts(node: tree_sitter.Node, state: _State, *, quoted: bool) -> Iterator[_Part]:
