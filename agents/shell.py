@@ -54,6 +54,7 @@ import functools
 import itertools
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -63,7 +64,17 @@ import tree_sitter
 import tree_sitter_bash
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
-_PARSER = tree_sitter.Parser(_LANGUAGE)
+# One parser per thread: py-tree-sitter holds the GIL while it parses today, but a parser keeps
+# state during a parse and is not meant to be shared should that change (py-tree-sitter #111).
+_LOCAL = threading.local()
+
+
+def _parser() -> tree_sitter.Parser:
+    parser = getattr(_LOCAL, "parser", None)
+    if parser is None:
+        parser = _LOCAL.parser = tree_sitter.Parser(_LANGUAGE)
+    return parser
+
 
 ROOT = PurePosixPath(".")  # the workspace root, as paths relative to it are kept
 HOME = "\0home"  # the value of ~ and $HOME: a home folder, never inside the workspace
@@ -632,13 +643,15 @@ class _State:
 
 def parse(command: str, *, workspace: Path | str | None = None) -> Script:
     """Read a shell command as the shell will; see the module's docstring for the rules."""
-    return _parse(command, str(workspace) if workspace is not None else None)
+    where = str(workspace) if workspace is not None else None
+    if len(command) > CACHED_LENGTH:
+        return _parse(command, where)
+    return _cached_parse(command, where)
 
 
-@functools.lru_cache(maxsize=2048)
 def _parse(command: str, workspace: str | None) -> Script:
     state = _State(Path(workspace) if workspace is not None else None, command.encode())
-    tree = _PARSER.parse(state.source)
+    tree = _parser().parse(state.source)
     root = tree.root_node
     state.numeric = _numeric_variables(root, state)
     _walk_statements(root, state)
@@ -661,6 +674,12 @@ def _parse(command: str, workspace: str | None) -> Script:
         opaque=tuple(state.opaque),
         single=single,
     )
+
+
+# The same command is read by the policy, then by approvals, checkpoints …: keep recent ones.
+# (Paths are resolved on the file system only when asked, so a cached Script stays true.)
+CACHED_LENGTH = 4096
+_cached_parse = functools.lru_cache(maxsize=1024)(_parse)
 
 
 def _walk_statements(node: tree_sitter.Node, state: _State) -> None:
@@ -818,7 +837,9 @@ def _simple(
         why = ""
         if name is None:
             why = "the program is only known when it runs" + (
-                f" ({head.unknown})" if head.unknown else " (braces)"
+                f" ({head.unknown})"
+                if head.unknown
+                else " (it has several readings: braces, or $'…' that bash and sh read apart)"
             )
         elif _GLOB.search(name):
             why = "the program name is a glob"
@@ -1515,7 +1536,7 @@ def _substitution(node: tree_sitter.Node, state: _State) -> None:
         text = state.text(node)
         if text.startswith("`"):
             inner = re.sub(r"\\([$`\\])", r"\1", text[1:-1])
-            _walk_statements(_PARSER.parse(inner.encode()).root_node, _Sub(state, inner))
+            _walk_statements(_parser().parse(inner.encode()).root_node, _backquoted(state, inner))
         else:
             for child in node.named_children:
                 if child.type != "comment":
@@ -1525,9 +1546,10 @@ def _substitution(node: tree_sitter.Node, state: _State) -> None:
         state.cwd, state.context = saved_cwd, saved_context
 
 
-def _Sub(state: _State, text: str) -> _State:
-    """A view of the state for reading a backquoted substitution's own source."""
-    sub = _State(
+def _backquoted(state: _State, text: str) -> _State:
+    """The state for reading a backquoted substitution's own text (read again, unescaped):
+    the same lists, so what it finds is recorded with the rest."""
+    return _State(
         state.workspace,
         text.encode(),
         cwd=state.cwd,
@@ -1539,4 +1561,3 @@ def _Sub(state: _State, text: str) -> _State:
         depth=state.depth,
         context=state.context,
     )
-    return sub
