@@ -552,8 +552,8 @@ def _braces(chars: list[tuple[str, bool]], budget: list[int] | None = None) -> l
         depth, commas, close = 0, [], None
         for j in range(i, n):
             c, quoted = chars[j]
-            if quoted:
-                continue
+            if quoted or (c == "}" and j == i + 1 and depth == 1):
+                continue  # quoted, or a } right after the { (bash reads `{},a}` as } and a)
             if c == "{":
                 depth += 1
             elif c == "}":
@@ -564,7 +564,7 @@ def _braces(chars: list[tuple[str, bool]], budget: list[int] | None = None) -> l
             elif c == "," and depth == 1:
                 commas.append(j)
         if close is None:
-            return []
+            continue  # an unmatched { is a plain character; braces after it still expand
         body = chars[i + 1 : close]
         if commas:
             cuts = [i, *commas, close]
@@ -1424,6 +1424,16 @@ def _heredoc_body(node: tree_sitter.Node, state: _State) -> None:
 def _word(node: tree_sitter.Node, state: _State) -> Word:
     """A word as the shell reads it: its values, or why it cannot be known."""
     parts = list(_parts(node, state, quoted=False))
+    for i, part in enumerate(parts):
+        after = parts[i + 1] if i + 1 < len(parts) else ("", "", "q")
+        braced = after[0] == "lit" and not after[2] and after[1].startswith("{")
+        if part[0] in ("pwd", "home") and braced:  # braces expand first: $HOME{x,} is $HOMEx
+            parts[i] = ("unk", "a $NAME followed by braces")
+            continue
+        if part[0] == "pwd":  # $PWD is where it runs only at the start of a word
+            parts[i] = ("lit", ".", "q") if i == 0 else ("unk", "$PWD inside a word")
+        elif part[0] == "home":
+            parts[i] = ("lit", HOME, "q")
     values, unknown, globs = _expand(parts)
     return Word(state.text(node), values, unknown, globs)
 
@@ -1477,6 +1487,19 @@ def _parts(node: tree_sitter.Node, state: _State, *, quoted: bool) -> Iterator[_
         yield ("unk", kind)
 
 
+def _first_part(node: tree_sitter.Node) -> bool:
+    """The node starts the word it is in (nothing before it in its concatenation or string)."""
+    while node.parent is not None and node.parent.type in ("concatenation", "string"):
+        first = node.parent.children[0]
+        if node.parent.type == "string":
+            if node.start_byte != node.parent.start_byte + 1:
+                return False
+        elif first.start_byte != node.start_byte:
+            return False
+        node = node.parent
+    return True
+
+
 def _string(node: tree_sitter.Node, state: _State) -> Iterator[_Part]:
     """ "…": the text between its expansions is taken from the source, so nothing is skipped."""
     inner = [c for c in node.children if c.is_named]
@@ -1500,13 +1523,15 @@ def _expansion(node: tree_sitter.Node, state: _State) -> Iterator[_Part]:
     name = state.text(named[0]) if named and named[0].type in ("variable_name",) else ""
     if node.type == "simple_expansion" or (not ops and len(named) == 1 and name):
         if name == "HOME":
-            yield ("lit", HOME, "q")
+            yield ("home",) if node.type == "simple_expansion" else ("lit", HOME, "q")
             return
         if name == "PWD":
             if state.cwd is None:
                 yield ("unk", "$PWD after a cd somewhere unknown")
+            elif node.type == "simple_expansion":
+                yield ("pwd",)
             else:
-                yield ("lit", ".", "q")
+                yield ("lit", ".", "q") if _first_part(node) else ("unk", "$PWD inside a word")
             return
         if named and named[0].type not in ("variable_name", "special_variable_name"):
             state.unreadable(f"a word this reader does not know ({named[0].type})")

@@ -217,6 +217,13 @@ def test_plain_commands_are_not_opaque(command):
         ("rm <(ls)", ["process substitution"]),
         ("rm $((1+2))", ["arithmetic"]),
         ("rm ${x:-/etc}", ["${x:-/etc}"]),
+        # found by comparing with real bash and dash:
+        ("rm {{,/b}x", [("{{,/b}x", "{x", "{/bx")]),  # an unmatched { does not stop braces
+        ("rm {},/etc}", [("{},/etc}", "}", "/etc")]),  # a } right after { is a character
+        ("rm $PWD{X,}..", ["a $NAME followed by braces"]),  # braces first: $PWDX.. is ..
+        ("rm $HOME{a,/b}", ["a $NAME followed by braces"]),
+        ("rm ${HOME}{a,/b}", [(f"{HOME}{{a,/b}}", f"{HOME}a", f"{HOME}/b")]),
+        ("rm ..$PWD x$PWD", ["$PWD inside a word", "$PWD inside a word"]),
     ],
 )
 def test_words_are_resolved_as_the_shell_resolves_them(command, expected):
