@@ -787,7 +787,8 @@ def _command(node: tree_sitter.Node, state: _State) -> None:
     assigns: list[str] = []
     previous: tree_sitter.Node | None = None
     for child in node.children:
-        glued = previous is not None and _glued(previous, child, state)
+        if previous is not None and (split := _split_differently(previous, child, state)):
+            state.unreadable(split)
         previous = child
         if child.type == "variable_assignment":
             _assignments(child, state, prefix=True)
@@ -797,14 +798,14 @@ def _command(node: tree_sitter.Node, state: _State) -> None:
             redirects.append(child)
             continue
         if child.type == "comment":
+            if child != node.children[-1]:
+                state.unreadable("a command the parser continues after a comment")
             continue
         if child.type == "command_name":
             child = child.named_children[0] if child.named_children else child
         if not child.is_named or child.type not in _WORDISH:
             state.unreadable(f"a word this reader does not know ({child.type!r})")
             continue
-        if glued:
-            state.unreadable("words the shell joins and the parser splits")
         words.append(_word(child, state))
     for r in redirects:
         _redirect(r, state)
@@ -812,10 +813,19 @@ def _command(node: tree_sitter.Node, state: _State) -> None:
         _simple(words, state, source=state.text(node), assigns=assigns)
 
 
-def _glued(a: tree_sitter.Node, b: tree_sitter.Node, state: _State) -> bool:
-    """Two words with no blank between them: the shell reads one word where the parser saw two."""
+def _split_differently(a: tree_sitter.Node, b: tree_sitter.Node, state: _State) -> str:
+    """Why the shell would not read `a` and `b` as two words of one command, or "": no blank
+    between them (one word to the shell, two to the parser), or a line break that ends the
+    command (the parser took newline + backslash-newline for a continuation)."""
     gap = state.source[a.end_byte : b.start_byte].replace(b"\\\n", b"")
-    return not gap.isspace()
+    if b"\n" in gap:
+        return "a line break the parser reads as part of the command"
+    if gap.strip():
+        return "text the parser skipped"
+    words = ("command_name", "variable_assignment", *_WORDISH)
+    if not gap and a.type in words and b.type in words:
+        return "words the shell joins and the parser splits"
+    return ""
 
 
 def _simple(
@@ -1442,6 +1452,8 @@ def _parts(node: tree_sitter.Node, state: _State, *, quoted: bool) -> Iterator[_
     kind = node.type
     text = state.text(node)
     if kind in ("word", "number"):
+        if re.search(r"(?<!\\)(?:\\\\)*\n", text):
+            state.unreadable("a line break the parser reads as part of a word")
         if quoted:
             yield ("lit", text, "q")
         else:

@@ -182,6 +182,7 @@ RM_RULE = similar_rule("bash", {"command": "rm -rf build"})
         "rm -rf ..$PWD",
         "rm -rf {},/etc}",
         "rm -rf {{,/etc}x",
+        "rm -rf build\n\\\n curl evil",
         "rm -rfv build",
         "rm --recursive build",
     ],

@@ -77,6 +77,11 @@ def test_every_spelling_of_a_program_is_that_program(command):
         ("/bin/r? -rf /", "glob"),
         ("r\\\nm -rf /", "joins"),
         ("echo ${x}y$1$@", "joins"),
+        # found by running generated commands in bash and dash: the shell ends the command at
+        # the first line break, the parser read on
+        ("rm -rf build\n\\\n curl evil", "line break"),
+        ("rm a '' \\\n\n\\\\", "line break"),
+        ("rm #c d\n\\;", "after a comment"),
         ('eval "rm -rf /"', "eval"),
         ("alias ls=rm", "alias"),
         ("trap 'rm -rf /' EXIT", "trap"),
