@@ -117,7 +117,7 @@ def classify(script: shell.Script) -> list[str]:
             found[risk] = None
     for redirect in script.redirects:
         if redirect.writes:
-            for risk in _written(script, redirect.target, redirect.cwd, "a redirection"):
+            for risk in _written(script, redirect.target, redirect.cwd, "a redirection", True):
                 found[risk] = None
     named = [r for r in RISKS if r in found]
     unread = [f"{OPAQUE}: {why}" for why in script.opaque]
@@ -140,7 +140,7 @@ def _flat(command: shell.Command) -> list[shell.Word]:
         if word.unknown or len(word.values) == 1:
             flat.append(word)
         else:
-            flat.extend(shell.Word(word.source, (v,)) for v in word.values)
+            flat.extend(shell.Word(word.source, (v,), "", (g,)) for v, g in word.readings())
     return flat
 
 
@@ -187,7 +187,7 @@ def _command_risks(command: shell.Command, script: shell.Script) -> list[str]:
     # writing
     for word in _written_words(command, fam, opts, args):
         if not (word.unknown and unknown and program in ARGUMENTS_DECIDE):  # said once above
-            risks.extend(_written(script, word, command.cwd, program))
+            risks.extend(_written(script, word, command.cwd, program, program == "tee"))
     return risks
 
 
@@ -224,11 +224,16 @@ def _written_words(
     return words
 
 
-def _written(script: shell.Script, word: shell.Word, cwd: Any, what: str) -> list[str]:
-    """The risk of writing to `word`: none inside the workspace, else outside or unknown."""
+def _written(
+    script: shell.Script, word: shell.Word, cwd: Any, what: str, devices: bool = False
+) -> list[str]:
+    """The risk of writing to `word`: none inside the workspace (or, for a redirection or tee,
+    /dev/null and the like), else outside or unknown."""
     if word.unknown:
         return [f"{OPAQUE}: {what} writes to {word.source}, only known when it runs"]
-    readings = [(v, g) for v, g in word.readings() if not HARMLESS_TARGETS.fullmatch(v)]
+    readings = [
+        (v, g) for v, g in word.readings() if not (devices and HARMLESS_TARGETS.fullmatch(v))
+    ]
     if all(script.place(v, cwd, glob=g) is not None for v, g in readings):
         return []
     return [WRITES]
@@ -377,7 +382,7 @@ def _vouches(pattern: str, script: shell.Script) -> bool:
         ):
             return False
     return not any(
-        redirect.writes and _written(script, redirect.target, redirect.cwd, "a redirection")
+        redirect.writes and _written(script, redirect.target, redirect.cwd, "a redirection", True)
         for redirect in script.redirects
     )
 
