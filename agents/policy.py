@@ -407,6 +407,8 @@ def matches_similar(rule: dict[str, Any], script: shell.Script) -> bool:
     rest = opts.operands[len(fixed) :]
     if rule["paths"] == "none":
         return not rest
+    if command.family == "git" and any((w.value or "").startswith(":") for w in rest):
+        return False  # pathspec magic (`:/`, `:(top)`) starts at the repository's root
     return all(_path_inside(script, w, command.cwd) for w in rest)
 
 

@@ -359,6 +359,8 @@ def test_similar_rules_have_a_shape_and_say_what_they_allow():
     assert decide([curl], "bash", {"command": "curl -s https://example.com/x"}).action == "allow"
     assert decide([curl], "bash", {"command": "curl -s https://evil.example"}).action == "ask"
     assert decide([pip], "bash", {"command": "pip install https://evil/x.whl"}).action == "ask"
+    assert decide([git], "bash", {"command": "git clean -df old"}).action == "allow"
+    assert decide([git], "bash", {"command": "git clean -fd :/"}).action == "ask"
     assert describe_rule({"tool": "bash", "pattern": "^git push", "action": "ask"}) == (
         "bash: asks a person when the command matches /^git push/"
     )
