@@ -454,6 +454,13 @@ def similar_rule(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
     if tool == "bash":
         command = str(tool_input.get("command", "")).strip()
         rule = _similar_bash(command)
+        unread = [r for r in classify_bash(command) if r.startswith(OPAQUE)]
+        if "program" not in rule and unread:
+            note = (
+                f"bash: exactly `{command}` again — but it {unread[0]}, so it will still ask "
+                "every time"
+            )
+            return {**rule, "note": note}
         return {**rule, "note": describe_rule(rule)}
     if tool in PATH_TOOLS:
         path = str(tool_input.get("path", ""))
@@ -503,7 +510,8 @@ def describe_rule(rule: dict[str, Any]) -> str:
         flags = similar["flags"]
         with_flags = f"exactly the flags {' '.join(flags)}" if flags else "no flags"
         where = (
-            "only on paths inside the workspace"
+            "any other argument a path inside the workspace (a plain name is one; a URL, ~ or "
+            "a path leading out is not)"
             if similar["paths"] == "workspace"
             else "and no other arguments"
         )

@@ -342,8 +342,9 @@ def test_similar_rules_have_a_shape_and_say_what_they_allow():
         "flags": ["-f", "-r"],
         "paths": "workspace",
         "action": "allow",
-        "note": "bash: runs `rm` with exactly the flags -f -r, only on paths inside the "
-        "workspace; nothing else chained, no redirection, substitution or variable, no sudo",
+        "note": "bash: runs `rm` with exactly the flags -f -r, any other argument a path inside "
+        "the workspace (a plain name is one; a URL, ~ or a path leading out is not); nothing "
+        "else chained, no redirection, substitution or variable, no sudo",
     }
     assert validate([RM_RULE]) == [RM_RULE]
     chmod = similar_rule("bash", {"command": "chmod -R u+w dist"})
@@ -352,7 +353,7 @@ def test_similar_rules_have_a_shape_and_say_what_they_allow():
     git = similar_rule("bash", {"command": "git clean -fd"})
     assert (git["args"], git["flags"]) == (["clean"], ["-d", "-f"])
     pip = similar_rule("bash", {"command": "pip install requests==2.0"})
-    assert describe_rule(pip).startswith("bash: runs `pip install` with no flags, only on paths")
+    assert describe_rule(pip).startswith("bash: runs `pip install` with no flags, any other")
     curl = similar_rule("bash", {"command": "curl -s https://example.com/x"})
     assert (curl["args"], curl["paths"]) == (["https://example.com/x"], "none")
     assert "and no other arguments" in curl["note"]
@@ -377,6 +378,11 @@ def test_a_command_that_is_not_one_plain_command_is_allowed_again_only_as_it_was
     opaque = "rm -rf $(cat list)"
     rule = similar_rule("bash", {"command": opaque})
     assert decide([rule], "bash", {"command": opaque}).action == "ask"  # the list may change
+    assert rule["note"] == (
+        "bash: exactly `rm -rf $(cat list)` again — but it cannot be read plainly: the "
+        "arguments of rm are only known when it runs (command substitution), so it will still "
+        "ask every time"
+    )
     sudo = similar_rule("bash", {"command": "sudo rm -rf build"})
     assert "program" not in sudo
 
