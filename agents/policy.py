@@ -1,19 +1,34 @@
 """Tool policy: which tool calls an agent may make alone, which wait for a person, which never run.
 
-A policy is an ordered list of rules, `{"tool": "bash", "pattern": "^git push", "action": "ask"}`;
-the first rule whose tool (or "*") and pattern match decides. The pattern is a regular expression
-searched in the command for bash and in the path for the file tools. When no rule matches, a
-built-in risk classifier decides for bash (risky commands ask) and everything else is allowed.
-The run's rules come first, then the global default from settings.
+A policy is an ordered list of rules; the first rule whose tool (or "*") matches and whose
+condition holds decides. Two shapes:
+
+- a pattern rule, `{"tool": "bash", "pattern": "^git push", "action": "ask"}`: the pattern is a
+  regular expression searched in the command for bash and in the path for the file tools (no
+  pattern: every call of the tool). An ask or deny pattern is also searched in each command as it
+  will run (`r""m -rf x` reads `rm -rf x`), so quoting does not slip past it. An allow pattern
+  does not allow a bash command that cannot be read plainly (`shell.parse(...).opaque`).
+- an "allow similar" rule, `{"tool": "bash", "program": "rm", "flags": ["-f", "-r"],
+  "paths": "workspace", "action": "allow", "note": "..."}` (optionally `"args": ["clean"]`, the
+  leading arguments that must be the same; `"paths": "none"`: nothing more): it allows a command
+  that is only that one program, with exactly those flags, every other argument a path inside
+  the workspace, nothing joined to it, no redirection, substitution or variable. `describe_rule`
+  says it in words; `similar_rule` makes one from an approved call.
+
+When no rule matches, the risk classifier decides for bash (a risky command asks) and everything
+else is allowed. The classifier reads the parsed command (agents.shell), never its text. The
+run's rules come first, then the global default from settings.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from agents import shell
 from agents.sandbox.workspace import ToolInputError
 
 ACTIONS = ("allow", "ask", "deny")
@@ -31,43 +46,203 @@ class Decision:
     rule: dict[str, Any] | None = None
 
 
-# Each: (name, regex on the command). Kept readable rather than clever: a person reading an
-# approval request sees the name of what matched.
-RISKS: list[tuple[str, re.Pattern[str]]] = [
-    (
-        "reaches the network",
-        re.compile(
-            r"\b(curl|wget|ssh|scp|sftp|rsync|nc|ncat|telnet|ftp)\b"
-            r"|\b(pip3?|uv|poetry|npm|pnpm|yarn|gem|cargo|go|apt|apt-get|brew)\s+(install|add|get|download|publish|update|upgrade)\b"
-            r"|\bgit\s+(push|pull|fetch|clone)\b"
-            r"|\bpython3?\s+-m\s+pip\s+install\b"
-        ),
-    ),
-    (
-        "deletes widely",
-        re.compile(
-            r"\brm\s+(-[a-zA-Z]*[rRf][a-zA-Z]*\s+|--recursive\s+|--force\s+)|\bfind\b.*\s-delete\b|\bshred\b"
-        ),
-    ),
-    (
-        "changes permissions or the system",
-        re.compile(
-            r"\bsudo\b|\bsu\s|\bchmod\s+(-[a-zA-Z]*R|--recursive)|\bchown\b|\bchgrp\b"
-            r"|\b(mount|umount|systemctl|service|useradd|usermod|passwd|crontab|iptables|mkfs|dd)\b"
-        ),
-    ),
-    (
-        "writes outside the workspace",
-        re.compile(
-            r"(>>?|\btee\s+(-a\s+)?)\s*(/(?!dev/null\b)|~|\.\./)|\b(cp|mv|ln)\b[^;&|]*\s(/|~|\.\./)\S*\s*$"
-        ),
-    ),
-]
+# --- the risk classifier ----------------------------------------------------------------------
+NETWORK = "reaches the network"
+DELETES = "deletes widely"
+SYSTEM = "changes permissions or the system"
+WRITES = "writes outside the workspace"
+RISKS = (NETWORK, DELETES, SYSTEM, WRITES)
+OPAQUE = "cannot be read plainly"  # risks naming why start with this: "cannot be read plainly: …"
+
+NETWORK_PROGRAMS = frozenset(
+    {"curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "socat", "telnet"}
+    | {"ftp", "aria2c", "http", "https", "xh", "lynx", "w3m"}
+)
+PACKAGE_MANAGERS = frozenset(
+    {"pip", "pipx", "uv", "poetry", "pdm", "npm", "pnpm", "yarn", "bun", "gem", "cargo", "go"}
+    | {"apt", "apt-get", "brew", "conda", "mamba", "composer"}
+)
+NETWORK_SUBCOMMANDS = frozenset(
+    {"install", "i", "ci", "add", "get", "download", "publish", "update", "upgrade", "sync"}
+    | {"fetch", "require"}
+)
+GIT_NETWORK = frozenset({"push", "pull", "fetch", "clone", "ls-remote"})
+SYSTEM_PROGRAMS = frozenset(
+    {"sudo", "su", "doas", "chown", "chgrp", "mount", "umount", "systemctl", "service"}
+    | {"useradd", "usermod", "userdel", "groupadd", "groupdel", "passwd", "crontab", "iptables"}
+    | {"ip6tables", "nft", "mkfs", "dd", "fdisk", "parted", "shutdown", "reboot", "halt"}
+    | {"poweroff", "chroot", "insmod", "modprobe", "rmmod", "sysctl", "setcap", "chattr"}
+    | {"visudo", "launchctl", "runuser"}
+)
+# Programs every operand of which they create, change or remove.
+WRITES_EVERY_OPERAND = frozenset(
+    {"rm", "rmdir", "unlink", "shred", "mkdir", "touch", "truncate", "ln", "mv", "tee"}
+    | {"install", "mkfifo", "mknod", "setfacl", "chattr"}
+)
+WRITES_LAST_OPERAND = frozenset({"cp", "rsync", "scp"})
+WRITES_BUT_FIRST = frozenset({"chmod", "chown", "chgrp"})  # the first is a mode or an owner
+# Option values that name a place written to.
+WRITING_OPTIONS: dict[str, frozenset[str]] = {
+    "cp": frozenset({"-t", "--target-directory"}),
+    "mv": frozenset({"-t", "--target-directory"}),
+    "ln": frozenset({"-t", "--target-directory"}),
+    "install": frozenset({"-t", "--target-directory"}),
+    "sort": frozenset({"-o", "--output"}),
+    "tar": frozenset({"-C", "-f", "--directory", "--file"}),
+    "unzip": frozenset({"-d"}),
+    "git": frozenset({"-C", "--git-dir", "--work-tree"}),
+}
+# Programs whose risk depends on their arguments: an argument only known when it runs (a
+# variable, a substitution, xargs input) makes them unreadable.
+ARGUMENTS_DECIDE = (
+    WRITES_EVERY_OPERAND
+    | WRITES_LAST_OPERAND
+    | WRITES_BUT_FIRST
+    | PACKAGE_MANAGERS
+    | frozenset({"find", "git", "sed", "sort", "tar", "unzip", "dd", "python"})
+)
+# Redirection targets that are not files.
+HARMLESS_TARGETS = re.compile(r"/dev/(null|stdout|stderr|tty|zero|fd/\d+)|/proc/self/fd/\d+")
+# Wrappers a similar command may be run through: they do not change what runs.
+NEUTRAL_WRAPPERS = frozenset(
+    {"command", "builtin", "exec", "env", "nice", "nohup", "time", "timeout", "stdbuf"}
+    | {"ionice", "setsid", "busybox"}
+)
 
 
-def classify_bash(command: str) -> list[str]:
-    """Names of the risks a shell command shows; empty when it looks contained."""
-    return [name for name, pattern in RISKS if pattern.search(command)]
+def classify(script: shell.Script) -> list[str]:
+    """Names of the risks a parsed command shows (RISKS in order, then why it cannot be read)."""
+    found: dict[str, None] = {}
+    for command in script.commands:
+        for risk in _command_risks(command, script):
+            found[risk] = None
+    for redirect in script.redirects:
+        if redirect.writes:
+            for risk in _written(script, redirect.target, redirect.cwd, "a redirection", True):
+                found[risk] = None
+    named = [r for r in RISKS if r in found]
+    unread = [f"{OPAQUE}: {why}" for why in script.opaque]
+    unread += [r for r in found if r not in RISKS and r not in unread]
+    return named + unread
+
+
+def classify_bash(command: str, *, workspace: Path | str | None = None) -> list[str]:
+    """Names of the risks a shell command shows; empty when it looks contained.
+
+    Without a workspace, every absolute path counts as outside it."""
+    return classify(shell.parse(command, workspace=workspace))
+
+
+def _flat(command: shell.Command) -> list[shell.Word]:
+    """Its arguments with braces and sh-or-bash readings spread out, as separate words: a risk
+    seen in any reading counts."""
+    flat: list[shell.Word] = []
+    for word in command.args:
+        if word.unknown or len(word.values) == 1:
+            flat.append(word)
+        else:
+            flat.extend(shell.Word(word.source, (v,), "", (g,)) for v, g in word.readings())
+    return flat
+
+
+def _command_risks(command: shell.Command, script: shell.Script) -> list[str]:
+    program = command.program or ""
+    fam = command.family
+    args = _flat(command)
+    opts = shell.split_options(fam, args)
+    operands = [w.value for w in opts.operands]
+    risks: list[str] = []
+    if any(w in ("sudo", "doas") for w in command.wrappers):
+        risks.append(SYSTEM)
+    unknown = [w for w in args if w.unknown]
+    if unknown and (program in ARGUMENTS_DECIDE or fam in ARGUMENTS_DECIDE):
+        risks.append(
+            f"{OPAQUE}: the arguments of {program} are only known when it runs "
+            f"({unknown[0].unknown})"
+        )
+    # the network
+    if program in NETWORK_PROGRAMS:
+        risks.append(NETWORK)
+    if fam in PACKAGE_MANAGERS and any(o in NETWORK_SUBCOMMANDS for o in operands):
+        risks.append(NETWORK)
+    pip_module = fam == "python" and any(re.fullmatch(r"-m pip\d*", f) for f in opts.flags)
+    if pip_module and any(o in NETWORK_SUBCOMMANDS for o in operands):
+        risks.append(NETWORK)
+    if fam == "git" and any(o in GIT_NETWORK for o in operands):
+        risks.append(NETWORK)
+    # deleting
+    if program == "rm" and opts.flags & {"-r", "-f"}:
+        risks.append(DELETES)
+    if program == "shred":
+        risks.append(DELETES)
+    if program == "find" and "-delete" in [w.value for w in args]:
+        risks.append(DELETES)
+    forced = any(re.fullmatch(r"-f+", f) for f in opts.flags) and "-n" not in opts.flags
+    if fam == "git" and "clean" in operands and forced:
+        risks.append(DELETES)
+    # the system
+    if program in SYSTEM_PROGRAMS or fam == "mkfs":
+        risks.append(SYSTEM)
+    if program == "chmod" and "-R" in opts.flags:
+        risks.append(SYSTEM)
+    # writing
+    for word in _written_words(command, fam, opts, args):
+        if not (word.unknown and unknown and program in ARGUMENTS_DECIDE):  # said once above
+            risks.extend(_written(script, word, command.cwd, program, program == "tee"))
+    return risks
+
+
+def _written_words(
+    command: shell.Command, fam: str, opts: shell.Options, args: list[shell.Word]
+) -> list[shell.Word]:
+    program = command.program or ""
+    operands = list(opts.operands)
+    words: list[shell.Word] = []
+    if program in WRITES_EVERY_OPERAND:
+        words += operands
+    elif program in WRITES_LAST_OPERAND:
+        words += operands[-1:]
+    elif program in WRITES_BUT_FIRST:
+        words += operands if any(f.startswith("--reference") for f in opts.flags) else operands[1:]
+    elif program == "dd":
+        words += [
+            shell.Word(w.source, (w.value[3:],)) for w in operands if (w.value or "")[:3] == "of="
+        ]
+    elif program == "sed" and any(
+        f == "--in-place" or (f.startswith("-i") and " " not in f) for f in opts.flags
+    ):
+        scripted = any(name in ("-e", "--expression", "-f", "--file") for name, _ in opts.values)
+        words += operands if scripted else operands[1:]
+    elif program == "tar":
+        words += operands
+    elif program == "find":
+        values = [w.value for w in args]
+        for i, text in enumerate(values[:-1]):
+            if text in ("-fprint", "-fprint0", "-fprintf", "-fls"):
+                words.append(args[i + 1])
+    writing = WRITING_OPTIONS.get(fam, frozenset())
+    words += [word for name, word in opts.values if name in writing]
+    return words
+
+
+def _written(
+    script: shell.Script, word: shell.Word, cwd: Any, what: str, devices: bool = False
+) -> list[str]:
+    """The risk of writing to `word`: none inside the workspace (or, for a redirection or tee,
+    /dev/null and the like), else outside or unknown."""
+    if word.unknown:
+        return [f"{OPAQUE}: {what} writes to {word.source}, only known when it runs"]
+    readings = [
+        (v, g) for v, g in word.readings() if not (devices and HARMLESS_TARGETS.fullmatch(v))
+    ]
+    if all(script.place(v, cwd, glob=g) is not None for v, g in readings):
+        return []
+    return [WRITES]
+
+
+# --- rules ------------------------------------------------------------------------------------
+_RULE_KEYS = frozenset({"tool", "pattern", "action", "note", "program", "args", "flags", "paths"})
+PATHS = ("workspace", "none")
 
 
 def validate(rules: Any) -> list[dict[str, Any]]:
@@ -79,7 +254,7 @@ def validate(rules: Any) -> list[dict[str, Any]]:
             raise PolicyError(
                 f"rule {i + 1} must be an object with tool, action and optional pattern"
             )
-        unknown = set(rule) - {"tool", "pattern", "action", "note"}
+        unknown = set(rule) - _RULE_KEYS
         if unknown:
             raise PolicyError(f"rule {i + 1} has unknown keys: {', '.join(sorted(unknown))}")
         tool, action = rule.get("tool"), rule.get("action")
@@ -99,7 +274,35 @@ def validate(rules: Any) -> list[dict[str, Any]]:
                 raise PolicyError(
                     f"rule {i + 1}: pattern {pattern!r} is not a valid regular expression: {e}"
                 ) from None
-        cleaned.append({k: v for k, v in rule.items() if v is not None})
+        if rule.get("note") is not None and not isinstance(rule["note"], str):
+            raise PolicyError(f"rule {i + 1}: note must be a string")
+        rule = {k: v for k, v in rule.items() if v is not None}
+        if set(rule) & {"program", "args", "flags", "paths"}:
+            rule = _validate_similar(i + 1, rule)
+        cleaned.append(rule)
+    return cleaned
+
+
+def _validate_similar(n: int, rule: dict[str, Any]) -> dict[str, Any]:
+    program = rule.get("program")
+    if not isinstance(program, str) or not re.fullmatch(r"[^\s/\0]+", program):
+        raise PolicyError(f"rule {n}: an allow-similar rule needs a program name (no folder)")
+    if rule["tool"] != "bash" or "pattern" in rule:
+        raise PolicyError(f"rule {n}: an allow-similar rule is for bash and has no pattern")
+    if rule["action"] != "allow":
+        raise PolicyError(f"rule {n}: an allow-similar rule can only allow")
+    flags, args = rule.get("flags", []), rule.get("args", [])
+    if not isinstance(flags, list) or not all(
+        isinstance(f, str) and f.startswith("-") for f in flags
+    ):
+        raise PolicyError(f"rule {n}: flags must be a list of flags, each starting with -")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise PolicyError(f"rule {n}: args must be a list of strings")
+    if rule.get("paths", "workspace") not in PATHS:
+        raise PolicyError(f"rule {n}: paths must be one of {', '.join(PATHS)}")
+    cleaned = {**rule, "flags": sorted(set(flags)), "paths": rule.get("paths", "workspace")}
+    if not args:
+        cleaned.pop("args", None)
     return cleaned
 
 
@@ -112,62 +315,269 @@ def subject(tool: str, tool_input: dict[str, Any]) -> str:
     return ""
 
 
-def decide(rules: list[dict[str, Any]], tool: str, tool_input: dict[str, Any]) -> Decision:
+def decide(
+    rules: list[dict[str, Any]],
+    tool: str,
+    tool_input: dict[str, Any],
+    *,
+    workspace: Path | str | None = None,
+) -> Decision:
+    """The first matching rule's action, else the classifier's for bash, else allow.
+
+    `workspace` is the run's workspace folder: absolute paths inside it count as inside, and
+    symbolic links in it are followed. Without it, every absolute path counts as outside."""
     text = subject(tool, tool_input)
+    script = shell.parse(text, workspace=workspace) if tool == "bash" else None
     for rule in rules:
         if rule["tool"] not in (tool, "*"):
             continue
-        pattern = rule.get("pattern")
-        if pattern is not None and not re.search(pattern, text):
+        similar = _as_similar(rule)
+        if similar is not None:
+            if script is not None and matches_similar(similar, script):
+                return Decision(rule["action"], _label(similar), rule)
             continue
-        label = (
-            f"rule {rule['tool']}" + (f" /{pattern}/" if pattern else "") + f" → {rule['action']}"
-        )
-        return Decision(rule["action"], label, rule)
-    if tool == "bash":
-        risks = classify_bash(text)
+        pattern = rule.get("pattern")
+        if pattern is not None:
+            if not _pattern_matches(pattern, rule["action"], text, script):
+                continue
+            if rule["action"] == "allow" and script is not None and not _vouches(pattern, script):
+                continue
+        return Decision(rule["action"], _label(rule), rule)
+    if script is not None:
+        risks = classify(script)
         if risks:
             return Decision("ask", "risky command: " + ", ".join(risks))
     return Decision("allow", "no rule matched")
 
 
-# What may follow an allowed-similar command: plain arguments only. No shell operators (a
-# second command, a pipe, a substitution, a redirection), and no argument that starts outside
-# the workspace (/..., ~...) or climbs out of it (..).
-_PLAIN_ARGS = r"(?!.*(?:\s|/)\.\.(?:/|\s|$))(?!.*\s[/~])(?:\s+[^;&|`$()<>\n\\]*)?\s*$"
-_SHELL_OPERATORS = re.compile(r"[;&|`$()<>\n\\]")
+def _label(rule: dict[str, Any]) -> str:
+    if "program" in rule:
+        words = " ".join([rule["program"], *rule.get("args", [])])
+        flags = " ".join(rule["flags"]) or "no flags"
+        where = "paths in the workspace" if rule["paths"] == "workspace" else "nothing more"
+        return f"rule bash `{words}` {flags}, {where} → {rule['action']}"
+    pattern = rule.get("pattern")
+    return f"rule {rule['tool']}" + (f" /{pattern}/" if pattern else "") + f" → {rule['action']}"
+
+
+def _pattern_matches(pattern: str, action: str, text: str, script: shell.Script | None) -> bool:
+    if re.search(pattern, text):
+        return True
+    if action == "allow" or script is None:
+        return False
+    return any(re.search(pattern, c.canonical()) for c in script.commands)
+
+
+def _vouches(pattern: str, script: shell.Script) -> bool:
+    """An allow pattern that matched vouches for the commands it matches, not for what hides
+    behind them: nothing may be unreadable, and every other risky command or redirection still
+    asks (`^make` does not allow `make $(curl x)` nor `make; rm -rf ~`). A rule allowing one exact
+    command vouches for all of it, as long as it can be read plainly."""
+    if any(r.startswith(OPAQUE) for r in classify(script)):
+        return False
+    if _exact_command(pattern) is not None:
+        return True
+    for command in script.commands:
+        if _command_risks(command, script) and not (
+            re.search(pattern, command.source) or re.search(pattern, command.canonical())
+        ):
+            return False
+    return not any(
+        redirect.writes and _written(script, redirect.target, redirect.cwd, "a redirection", True)
+        for redirect in script.redirects
+    )
+
+
+def matches_similar(rule: dict[str, Any], script: shell.Script) -> bool:
+    """The parsed command is what the allow-similar rule allows (see the module docstring)."""
+    if not script.single:
+        return False
+    command = script.commands[0]
+    if command.program != rule["program"] or command.cwd is None or command.assigns:
+        return False
+    if any(w not in NEUTRAL_WRAPPERS for w in command.wrappers):
+        return False
+    if any(w.value is None for w in command.args):
+        return False
+    opts = command.options()
+    if sorted(opts.flags) != rule["flags"]:
+        return False
+    fixed = rule.get("args", [])
+    if [w.value for w in opts.operands[: len(fixed)]] != fixed:
+        return False
+    rest = opts.operands[len(fixed) :]
+    if rule["paths"] == "none":
+        return not rest
+    if command.family == "git" and any((w.value or "").startswith(":") for w in rest):
+        return False  # pathspec magic (`:/`, `:(top)`) starts at the repository's root
+    return all(_path_inside(script, w, command.cwd) for w in rest)
+
+
+_URL = re.compile(r"[A-Za-z][\w+.-]*://|[\w.-]+@[\w.-]+:")
+
+
+def _path_inside(script: shell.Script, word: shell.Word, cwd: Any) -> bool:
+    """A word used as a path lands inside the workspace; `key=value` also by its value, and a
+    URL never counts as a path inside."""
+    for value, glob in word.readings():
+        if _URL.match(value):
+            return False
+        candidates = [value]
+        if "=" in value:
+            candidates.append(value.split("=", 1)[1])
+        if any(script.place(v, cwd, glob=glob) is None for v in candidates):
+            return False
+    return bool(word.values) and not word.unknown
+
+
+# Programs whose first argument is a subcommand (`git clean`, `pip install`), and the
+# subcommands that take one more (`git remote add`, `uv pip install`).
+SUBCOMMAND_PROGRAMS = PACKAGE_MANAGERS | frozenset(
+    {"git", "docker", "podman", "kubectl", "systemctl", "npx", "make", "cargo", "dotnet"}
+)
+NESTED_SUBCOMMANDS = frozenset(
+    {"remote", "stash", "submodule", "worktree", "config", "notes", "bisect", "lfs", "pip"}
+    | {"mod", "work", "tool", "python", "compose", "container", "image", "network", "volume"}
+)
 
 
 def similar_rule(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
-    """An allow rule for calls like this one.
+    """An allow rule for calls like this one, with its `note` saying what it allows in words.
 
-    bash: the same program, subcommand and leading flags (`rm -rf`, `pip install`) with any
-    plain arguments inside the workspace; a command with shell operators is allowed again only
-    exactly as it was (`python3 x && rm -rf /` is not "similar" to `python3 x`). File tools: the
-    same folder.
+    bash: a command that is one plain simple command gets an allow-similar rule: the same
+    program, the same leading subcommand (`git clean`, `pip install`) or mode (`chmod u+w`),
+    exactly the same flags, and any other arguments paths inside the workspace — or none at all
+    for programs that reach the network, whose arguments are where they go. Anything else
+    (several commands, a redirection, a substitution, a variable, sudo) is allowed again only
+    exactly as it was: `python3 x && rm -rf /` is not "similar" to `python3 x`; and while it
+    cannot be read plainly not even that (see `decide`). File tools: the same folder.
     """
     if tool == "bash":
         command = str(tool_input.get("command", "")).strip()
-        try:
-            words = shlex.split(command)
-        except ValueError:
-            words = []
-        if not words or _SHELL_OPERATORS.search(command):
-            return {"tool": "bash", "pattern": rf"^\s*{re.escape(command)}\s*$", "action": "allow"}
-        head = words[:1]
-        rest = words[1:]
-        if rest and not rest[0].startswith("-"):
-            head.append(rest.pop(0))  # the subcommand: pip install, git commit
-        while rest and rest[0].startswith("-"):
-            head.append(rest.pop(0))
-        pattern = r"^\s*" + r"\s+".join(re.escape(w) for w in head) + _PLAIN_ARGS
-        return {"tool": "bash", "pattern": pattern, "action": "allow"}
+        rule = _similar_bash(command)
+        unread = [r for r in classify_bash(command) if r.startswith(OPAQUE)]
+        if "program" not in rule and unread:
+            note = (
+                f"bash: exactly `{command}` again — but it {unread[0]}, so it will still ask "
+                "every time"
+            )
+            return {**rule, "note": note}
+        return {**rule, "note": describe_rule(rule)}
     if tool in PATH_TOOLS:
         path = str(tool_input.get("path", ""))
         folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
         pattern = "^" + re.escape(folder) if folder else r"^[^/]*$"
-        return {"tool": tool, "pattern": pattern, "action": "allow"}
-    return {"tool": tool, "action": "allow"}
+        rule = {"tool": tool, "pattern": pattern, "action": "allow"}
+        return {**rule, "note": describe_rule(rule)}
+    rule = {"tool": tool, "action": "allow"}
+    return {**rule, "note": describe_rule(rule)}
+
+
+def _similar_bash(command: str) -> dict[str, Any]:
+    script = shell.parse(command)
+    exact = {"tool": "bash", "pattern": rf"^\s*{re.escape(command)}\s*$", "action": "allow"}
+    if not script.single:
+        return exact
+    cmd = script.commands[0]
+    if any(w.value is None for w in cmd.args) or cmd.cwd != shell.ROOT or cmd.assigns:
+        return exact
+    if any(w not in NEUTRAL_WRAPPERS for w in cmd.wrappers) or not cmd.program:
+        return exact
+    opts = cmd.options()
+    operands = [w.value or "" for w in opts.operands]
+    fam = cmd.family
+    if cmd.program in NETWORK_PROGRAMS:
+        fixed, paths = operands, "none"
+    elif fam in SUBCOMMAND_PROGRAMS or cmd.program in WRITES_BUT_FIRST:
+        fixed = operands[:1]
+        if fam in SUBCOMMAND_PROGRAMS and fixed and fixed[0] in NESTED_SUBCOMMANDS:
+            fixed = operands[:2]
+        paths = "workspace"
+    else:
+        fixed, paths = [], "workspace"
+    rule: dict[str, Any] = {"tool": "bash", "program": cmd.program}
+    if fixed:
+        rule["args"] = fixed
+    rule |= {"flags": sorted(opts.flags), "paths": paths, "action": "allow"}
+    return rule
+
+
+def describe_rule(rule: dict[str, Any]) -> str:
+    """A rule in words: exactly what it lets through, asks about or refuses."""
+    similar = _as_similar(rule)
+    tool = rule["tool"]
+    if similar is not None:
+        words = " ".join([similar["program"], *similar.get("args", [])])
+        flags = similar["flags"]
+        with_flags = f"exactly the flags {' '.join(flags)}" if flags else "no flags"
+        where = (
+            "any other argument a path inside the workspace (a plain name is one; a URL, ~ or "
+            "a path leading out is not)"
+            if similar["paths"] == "workspace"
+            else "and no other arguments"
+        )
+        older = "older allow-similar rule, read as: " if "pattern" in rule else ""
+        return (
+            f"bash: {older}runs `{words}` with {with_flags}, {where}; "
+            "nothing else chained, no redirection, substitution or variable, no sudo"
+        )
+    pattern = rule.get("pattern")
+    verb = {"allow": "allowed", "ask": "asks a person", "deny": "refused"}[rule["action"]]
+    who = "every tool" if tool == "*" else tool
+    if pattern is None:
+        return f"{who}: every call {verb}"
+    exact = _exact_command(pattern) if tool == "bash" else None
+    if exact is not None:
+        return (
+            f"bash: exactly `{exact}` again, character for character, {verb} "
+            "(only while it can be read plainly)"
+            if rule["action"] == "allow"
+            else f"bash: exactly `{exact}` {verb}"
+        )
+    what = {"bash": "command"}.get(tool, "path" if tool in PATH_TOOLS else "input")
+    return f"{who}: {verb} when the {what} matches /{pattern}/"
+
+
+def _exact_command(pattern: str) -> str | None:
+    m = re.fullmatch(r"\^\\s\*(.*)\\s\*\$", pattern, flags=re.S)
+    if m is None:
+        return None
+    body = m.group(1)
+    text = re.sub(r"\\(.)", r"\1", body, flags=re.S)
+    return text if re.escape(text) == body else None
+
+
+# What the allow-similar rules of earlier versions put after the program and its leading words.
+# Rules like that, still stored in runs, are read as allow-similar rules of the shape above: the
+# text check they made let quoting and `--` through.
+_LEGACY_PLAIN_ARGS = r"(?!.*(?:\s|/)\.\.(?:/|\s|$))(?!.*\s[/~])(?:\s+[^;&|`$()<>\n\\]*)?\s*$"
+
+
+def _as_similar(rule: dict[str, Any]) -> dict[str, Any] | None:
+    if "program" in rule:
+        return rule
+    pattern = rule.get("pattern")
+    if rule["tool"] != "bash" or rule["action"] != "allow" or not isinstance(pattern, str):
+        return None
+    return _legacy_similar(pattern)
+
+
+@functools.lru_cache(maxsize=256)
+def _legacy_similar(pattern: str) -> dict[str, Any] | None:
+    if not (pattern.startswith(r"^\s*") and pattern.endswith(_LEGACY_PLAIN_ARGS)):
+        return None
+    head = pattern[len(r"^\s*") : -len(_LEGACY_PLAIN_ARGS)]
+    words = [re.sub(r"\\(.)", r"\1", w) for w in head.split(r"\s+")]
+    if not words or not words[0]:
+        return None
+    program, rest = words[0], words[1:]
+    fixed = [w for w in rest if not w.startswith("-")]
+    flags = [w for w in rest if w.startswith("-")]
+    opts = shell.split_options(shell.family(program), [shell.Word(f, (f,)) for f in flags])
+    rule: dict[str, Any] = {"tool": "bash", "program": program}
+    if fixed:
+        rule["args"] = fixed
+    return rule | {"flags": sorted(opts.flags), "paths": "workspace", "action": "allow"}
 
 
 # --- protected files ------------------------------------------------------------------------
@@ -220,4 +630,6 @@ def decide_call(
             return Decision(
                 protected_action, f"{rel} is protected: the done-conditions depend on it"
             )
-    return decide(rules, tool, tool_input)
+    return decide(
+        rules, tool, tool_input, workspace=workspace.path if workspace is not None else None
+    )
