@@ -241,7 +241,7 @@ def decide(
                 approval.run_id,
                 rule,
                 actor=actor,
-                because=f"allow similar to approval {approval.pk}",
+                because=f"allow similar to approval {approval.pk}: {rule['note']}",
             )
             _approve_matching(approval.run_id, user, actor)
         _resume_if_all_decided(run, actor)
@@ -253,7 +253,9 @@ def _approve_matching(run_id: int, user, actor: str) -> None:
     """Pending calls that the run's policy now allows are approved along with the rule."""
     run = Run.objects.get(pk=run_id)
     for other in Approval.objects.filter(run_id=run_id).pending():
-        decision = policy.decide(run.tool_policy, other.tool_name, other.tool_input)
+        decision = policy.decide(
+            run.tool_policy, other.tool_name, other.tool_input, workspace=run.workspace_path
+        )
         if decision.action != "allow" or decision.rule is None:
             continue
         comment = f"allowed by {decision.reason}"

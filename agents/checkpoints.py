@@ -191,7 +191,11 @@ def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
         if kind == EventKind.TOOL_CALL and payload.get("name") == "bash":
             command = str((payload.get("input") or {}).get("command", ""))
             # A rewind puts files back; it cannot unsend a request or undo a change elsewhere.
-            risks = [r for r in policy.classify_bash(command) if r != "deletes widely"]
+            risks = [
+                r
+                for r in policy.classify_bash(command, workspace=run.workspace_path)
+                if r != "deletes widely"
+            ]
             if risks:
                 irreversible.append({"command": command, "risks": risks})
     usage = checkpoint.usage or {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import socket
 import threading
 import time
@@ -17,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agents import reaper, services, tasks
+from agents import policy, reaper, services, tasks
 from agents.approvals import ApprovalError, NotAllowed, can_decide, decide
 from agents.models import Approval, Event, Run, RunStatus
 from agents.runtime.loop import drive
@@ -441,10 +440,14 @@ def test_cli_approve_with_allow_similar_records_the_rule_and_approves_matching_c
     assert second.status == "approved" and "allowed by rule" in second.comment
     change = Event.objects.get(run=run, kind="run.updated")
     assert change.actor == "user:dana"
-    assert change.payload["because"] == f"allow similar to approval {first.pk}"
+    assert change.payload["because"].startswith(f"allow similar to approval {first.pk}: ")
     rule = change.payload["tool_policy"][0]
     assert (rule["tool"], rule["action"]) == ("bash", "allow")
-    assert re.search(rule["pattern"], "rm -rf cache") and not re.search(rule["pattern"], "rm -rf /")
+    # The rule in words is in the audit trail: exactly what it allows.
+    assert "runs `rm` with exactly the flags -f -r" in change.payload["because"]
+    assert (rule["program"], rule["flags"], rule["paths"]) == ("rm", ["-f", "-r"], "workspace")
+    assert policy.decide([rule], "bash", {"command": "rm -rf cache"}).action == "allow"
+    assert policy.decide([rule], "bash", {"command": "rm -rf /"}).action == "ask"
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED  # the later rm -rf cache did not ask
     assert Approval.objects.filter(run=run).count() == 2

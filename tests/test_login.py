@@ -81,7 +81,9 @@ def test_guessing_one_time_links_is_throttled_like_passwords(owner):
 
 def test_login_link_prints_a_link_for_the_port_served_as_its_last_line(owner):
     out = StringIO()
-    call_command("login_link", "--user", "olivia", "--base-url", "http://127.0.0.1:8765", stdout=out)
+    call_command(
+        "login_link", "--user", "olivia", "--base-url", "http://127.0.0.1:8765", stdout=out
+    )
     link = out.getvalue().strip().splitlines()[-1]
     assert link.startswith("http://127.0.0.1:8765/login/")
     path = link.split("8765", 1)[1]

@@ -4,7 +4,7 @@ import json
 
 from django.conf import settings
 
-from agents import verification
+from agents import policy, verification
 from agents.management.base import RunCommand, get_run, id_arg
 from agents.models import ApprovalStatus
 
@@ -143,8 +143,7 @@ class Command(RunCommand):
             else "  policy:    default (risky bash commands ask)"
         )
         for rule in rules:
-            pattern = f" /{rule['pattern']}/" if rule.get("pattern") else ""
-            w(f"    {rule['tool']}{pattern} → {rule['action']}")
+            w(f"    {rule.get('note') or policy.describe_rule(rule)}")
         for a in data["pending_approvals"]:
             w(f"  approval {a['id']} waiting: {a['tool']} {json.dumps(a['input'])[:100]}")
             w(
