@@ -196,6 +196,8 @@ def decide(
     if edited_input is not None:
         if not approve:
             raise ApprovalError("an edit goes with an approval, not a denial")
+        if approval.tool_name == policy.NETWORK_TOOL:
+            raise ApprovalError("a network connection is allowed or denied, not edited")
         try:
             edited_input = sandbox.validate_input(approval.tool_name, edited_input)
         except sandbox.ToolInputError as e:
@@ -235,6 +237,18 @@ def decide(
             actor=actor,
             session_id=approval.session_id,
         )
+        if not approve and approval.tool_name == policy.NETWORK_TOOL:
+            # Denying a host denies it for the run: the agent is not asked about it again.
+            services.add_rule(
+                approval.run_id,
+                policy.network_rule(
+                    str(approval.tool_input.get("host", "")),
+                    approval.tool_input.get("port"),
+                    "deny",
+                ),
+                actor=actor,
+                because=f"denied with approval {approval.pk}: {comment}",
+            )
         if allow_similar:
             rule = policy.similar_rule(approval.tool_name, edited_input or approval.tool_input)
             services.add_rule(

@@ -436,6 +436,8 @@ def fork(
         max_turns_per_session=source.max_turns_per_session,
         max_input_tokens_per_session=source.max_input_tokens_per_session,
         tool_policy=source.tool_policy,
+        limits=source.limits,
+        toolchain=source.toolchain,
         webhook_urls=source.webhook_urls,
         approval_timeout_seconds=source.approval_timeout_seconds,
         judge_model=source.judge_model,

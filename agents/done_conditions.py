@@ -17,7 +17,11 @@ def run_checks(
     timeout: float = 600.0,
     output_limit: int = 30_000,
     isolation: str | None = None,
+    limits: sandbox.Limits | None = None,
+    toolchain: list[str] | None = None,
 ) -> list[dict[str, Any]]:
+    """Run each check as the harness, in the same sandbox as the agent's commands and never
+    with more reach (no network at all; the run's limits and toolchain)."""
     results = []
     for command in commands:
         r = sandbox.run_command(
@@ -27,6 +31,8 @@ def run_checks(
             output_limit=output_limit,
             should_stop=should_stop,
             isolation=isolation,
+            limits=limits,
+            toolchain=toolchain,
         )
         results.append(
             {

@@ -161,7 +161,15 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # How the run's commands were contained in its latest slice: bwrap, or subprocess (only when
+    # the operator allowed unisolated runs); see agents/isolation.py.
     isolation = models.CharField(max_length=20, blank=True)
+    # Per-command limits: {"memory_mb", "processes", "cpu_seconds"}, and the workspace's cap
+    # ("workspace_mb", measured at every checkpoint). Filled in from the settings at creation.
+    limits = models.JSONField(default=dict, blank=True)
+    # Folders (an interpreter's prefix, a virtualenv) bound read-only into the sandbox, their
+    # bin folders first on PATH: the environment the agent's commands and the checks run in.
+    toolchain = models.JSONField(default=list, blank=True)
 
     # After a rewind or a fork: where the next session starts from (handoff, note, provider
     # state), and the seq of the run.rewound event that began the live branch.
@@ -227,6 +235,10 @@ class Run(models.Model):
     @property
     def is_offline(self) -> bool:
         return self.provider == Provider.SCRIPTED
+
+    @property
+    def unisolated(self) -> bool:
+        return self.isolation == "subprocess"
 
     @property
     def resume(self) -> ResumeState | None:
@@ -316,6 +328,8 @@ class EventKind(models.TextChoices):
     ARTIFACT_SAVED = "artifact.saved"
     CHECKPOINT_CREATED = "checkpoint.created"
     RUN_REWIND_REQUESTED = "run.rewind_requested"
+    RUN_ISOLATION = "run.isolation"
+    NETWORK_CONNECTION = "network.connection"
     RUN_REWOUND = "run.rewound"
     RUN_FORKED = "run.forked"
     JUDGE_VERDICT = "judge.verdict"

@@ -310,6 +310,8 @@ def subject(tool: str, tool_input: dict[str, Any]) -> str:
     """The text a rule's pattern is matched against."""
     if tool == "bash":
         return str(tool_input.get("command", ""))
+    if tool == NETWORK_TOOL:
+        return network_target(str(tool_input.get("host", "")), tool_input.get("port", ""))
     if tool in PATH_TOOLS:
         return str(tool_input.get("path", ""))
     return ""
@@ -469,6 +471,8 @@ def similar_rule(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
         pattern = "^" + re.escape(folder) if folder else r"^[^/]*$"
         rule = {"tool": tool, "pattern": pattern, "action": "allow"}
         return {**rule, "note": describe_rule(rule)}
+    if tool == NETWORK_TOOL:  # the same host and port, for the rest of the run
+        return network_rule(str(tool_input.get("host", "")), tool_input.get("port"), "allow")
     rule = {"tool": tool, "action": "allow"}
     return {**rule, "note": describe_rule(rule)}
 
@@ -633,3 +637,56 @@ def decide_call(
     return decide(
         rules, tool, tool_input, workspace=workspace.path if workspace is not None else None
     )
+
+
+# --- network ----------------------------------------------------------------------------------
+# A run's commands reach the network only through the egress proxy the harness runs for it
+# (agents/sandbox/egress.py), which asks here about every connection: rules of tool "network"
+# whose pattern is searched in "host:port" (`--allow-host` writes them), then a new host asks a
+# person, like a risky tool call.
+NETWORK_TOOL = "network"
+_HOST = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"
+)
+
+
+def network_target(host: str, port: Any) -> str:
+    return f"{host.strip().lower().rstrip('.')}:{port}"
+
+
+def network_rule(host: str, port: Any, action: str) -> dict[str, Any]:
+    """A rule for one host, on one port (or any, with port None)."""
+    host = host.strip().lower().rstrip(".")
+    port_pattern = r"\d+" if port in (None, "", "*") else re.escape(str(port))
+    where = f"{host} on any port" if port in (None, "", "*") else f"{host}:{port}"
+    verb = {"allow": "allowed", "ask": "asks a person", "deny": "refused"}[action]
+    return {
+        "tool": NETWORK_TOOL,
+        "pattern": f"^{re.escape(host)}:{port_pattern}$",
+        "action": action,
+        "note": f"network: connections to {where} {verb}",
+    }
+
+
+def allow_host_rule(spec: str) -> dict[str, Any]:
+    """The rule for `--allow-host HOST[:PORT]`; PolicyError when it is no host."""
+    host, _, port = str(spec).strip().rpartition(":") if ":" in str(spec) else (spec, "", "")
+    host = str(host).strip().lower()
+    if not _HOST.match(host):
+        raise PolicyError(f"allow-host: {spec!r} is not a host name (HOST or HOST:PORT)")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise PolicyError(f"allow-host: {port!r} is not a port (1-65535)")
+    return network_rule(host, port or None, "allow")
+
+
+def decide_network(rules: list[dict[str, Any]], host: str, port: int) -> Decision:
+    """The decision on one connection a command tries to make: the first rule of tool
+    "network" (or "*") that matches "host:port", else ask a person."""
+    target = network_target(host, port)
+    for rule in rules:
+        if rule["tool"] not in (NETWORK_TOOL, "*") or "program" in rule:
+            continue
+        pattern = rule.get("pattern")
+        if pattern is None or re.search(pattern, target):
+            return Decision(rule["action"], rule.get("note") or _label(rule), rule)
+    return Decision("ask", f"a connection to {target} is new to this run")

@@ -8,6 +8,7 @@ who did it, and queues work when there is work to do. Views and commands stay th
 from __future__ import annotations
 
 import shutil
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -16,7 +17,16 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agents import eventlog, inputs, lifecycle, policy, sandbox, verification, workspaces
+from agents import (
+    eventlog,
+    inputs,
+    isolation,
+    lifecycle,
+    policy,
+    sandbox,
+    verification,
+    workspaces,
+)
 from agents.jobs import enqueue
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
@@ -87,7 +97,16 @@ def create_run(
     resume_state: dict[str, Any] | None = None,
     protected: dict[str, Any] | None = None,
     actor: str | None = None,
+    limits: dict[str, Any] | None = None,
+    allowed_hosts: list[str] | None = None,
+    environment: str | Path | None = None,
+    requirements: str | Path | None = None,
+    toolchain: list[str] | None = None,
 ) -> Run:
+    """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
+    `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
+    `environment` names an interpreter or a virtualenv for the run's commands and checks, or
+    `requirements` has one built (`toolchain`: folders as they are, for a fork)."""
     goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
     checks = [
         inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
@@ -126,9 +145,14 @@ def create_run(
     if source is not None and not source.is_dir():
         raise RunError(f"workspace-from: {source} is not a folder", "workspace_from")
     try:
-        tool_policy = policy.validate(tool_policy or [])
+        host_rules = [policy.allow_host_rule(h) for h in allowed_hosts or [] if h and h.strip()]
+    except policy.PolicyError as e:
+        raise RunError(str(e), "allowed_hosts") from None
+    try:
+        tool_policy = policy.validate([*host_rules, *(tool_policy or [])])
     except policy.PolicyError as e:
         raise RunError(f"tool policy: {e}", "tool_policy") from None
+    run_limits = _limits(limits)
     webhook_urls = [
         inputs.http_url(u, what="webhook", field="webhook_urls")
         for u in webhook_urls or []
@@ -175,6 +199,7 @@ def create_run(
             "acceptance criteria without a check are judged: the script needs a 'judge' section",
             "acceptance",
         )
+    toolchain = _toolchain(environment, requirements) if toolchain is None else toolchain
     config = settings.SHIFTLOG
     fields = {
         "max_turns_per_session": inputs.whole_number(
@@ -206,6 +231,8 @@ def create_run(
             judge_model=judge_model or "",
             protected_action=protected_action,
             acceptance=criteria,
+            limits=run_limits,
+            toolchain=toolchain,
             **fields,
         )
         if provider == Provider.SCRIPTED:
@@ -244,6 +271,8 @@ def create_run(
                 "budgets": {k: str(v) for k, v in fields.items()},
                 "workspace_from": str(source) if source else None,
                 "tool_policy": tool_policy,
+                "limits": run_limits,
+                "toolchain": toolchain,
                 "rubric": rubric,
                 "protected": sorted(run.protected),
                 "acceptance": [c["name"] for c in criteria],
@@ -258,6 +287,47 @@ def create_run(
         enqueue(run.pk)
     run.refresh_from_db()
     return run
+
+
+LIMIT_RANGES = {
+    "memory_mb": (16, 1_048_576),
+    "processes": (8, 100_000),
+    "cpu_seconds": (1, 604_800),
+    "workspace_mb": (1, 10_485_760),
+}
+
+
+def _limits(given: dict[str, Any] | None) -> dict[str, int]:
+    """The run's limits: today's defaults with what was given, each checked."""
+    out = isolation.default_limits()
+    for name, value in (given or {}).items():
+        if value is None:
+            continue
+        if name not in isolation.LIMIT_NAMES:
+            raise RunError(
+                f"unknown limit {name!r} (known: {', '.join(isolation.LIMIT_NAMES)})", "limits"
+            )
+        low, high = LIMIT_RANGES[name]
+        what = f"max-{name.replace('_', '-')}"
+        out[name] = inputs.whole_number(value, what=what, minimum=low, maximum=high, field=name)
+    return out
+
+
+def _toolchain(environment: str | Path | None, requirements: str | Path | None) -> list[str]:
+    """The folders a run's commands and checks get: a named interpreter or virtualenv, or one
+    built from the project's requirements (outside the workspace: the agent cannot change what
+    the checks run with)."""
+    if environment and requirements:
+        raise RunError("give --env or --env-requirements, not both", "environment")
+    try:
+        if environment:
+            return isolation.interpreter_folders(environment)
+        if requirements:
+            where = Path(settings.DATA_DIR) / "envs" / uuid.uuid4().hex[:16]
+            return isolation.build_venv(requirements, where)
+    except isolation.EnvironmentProblem as e:
+        raise RunError(f"environment: {e}", "environment") from None
+    return []
 
 
 def create_demo_run(created_by=None, *, turn_delay_seconds: float | None = None) -> Run:

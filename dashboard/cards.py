@@ -62,6 +62,8 @@ def call_diff(approval: Approval) -> str:
     args = approval.edited_input or approval.tool_input or {}
     if approval.tool_name == "bash":
         return f"+ $ {args.get('command', '')}"
+    if approval.tool_name == "network":
+        return f"+ connect to {args.get('host', '')}:{args.get('port', '')}"
     path = str(args.get("path", ""))
     if approval.tool_name == "edit_file":
         return _unified(

@@ -302,6 +302,19 @@ SHIFTLOG = {
     "CHECK_TIMEOUT_SECONDS": env_number("SHIFTLOG_CHECK_TIMEOUT", 600.0, float),
     "TOOL_OUTPUT_LIMIT": int(env_number("SHIFTLOG_TOOL_OUTPUT_LIMIT", 30_000)),
     "ISOLATION": env_str("SHIFTLOG_ISOLATION", ""),  # "" = best available, or "subprocess"
+    # Without bubblewrap a run's commands would have the worker's reach: refuse such runs unless
+    # the operator says otherwise (agents/isolation.py).
+    "ALLOW_UNISOLATED": env_bool("SHIFTLOG_ALLOW_UNISOLATED", False),
+    # The egress proxy refuses hosts that resolve to private or loopback addresses (this
+    # machine's database, Redis, web server...) whatever the rules say, unless this is set.
+    "EGRESS_ALLOW_PRIVATE": env_bool("SHIFTLOG_EGRESS_ALLOW_PRIVATE", False),
+    # Per-command limits and the workspace's cap; each run may set its own.
+    "LIMITS": {
+        "memory_mb": int(env_number("SHIFTLOG_MAX_MEMORY_MB", 2048)),
+        "processes": int(env_number("SHIFTLOG_MAX_PROCESSES", 512)),
+        "cpu_seconds": int(env_number("SHIFTLOG_MAX_CPU_SECONDS", 1800)),
+        "workspace_mb": int(env_number("SHIFTLOG_MAX_WORKSPACE_MB", 5120)),
+    },
     "ANTHROPIC_API_KEY": env_str("ANTHROPIC_API_KEY"),
     "ANTHROPIC_BASE_URL": env_str("ANTHROPIC_BASE_URL") or None,
     "ANTHROPIC_MAX_RETRIES": int(env_number("SHIFTLOG_ANTHROPIC_MAX_RETRIES", 4)),

@@ -328,13 +328,16 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     error = ""
     status = 200
     try:
-        if decision == "approve":
+        if decision in ("approve", "approve-for-run"):
             approvals.decide(
                 approval.pk,
                 user=request.user,
                 approve=True,
                 comment=comment,
-                allow_similar=request.POST.get("allow_similar") == "1",
+                # "Allow for this run" on a network approval: a rule for the host, as allow
+                # similar is for a tool call.
+                allow_similar=request.POST.get("allow_similar") == "1"
+                or decision == "approve-for-run",
             )
         elif decision == "edit":
             edited = approvals.parse_edit(approval, request.POST.get("edited", ""))

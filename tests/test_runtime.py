@@ -266,10 +266,10 @@ def test_a_tool_call_left_open_by_a_dead_worker_is_closed_as_interrupted_not_rer
         real_execute(*args, **kwargs)
         raise SystemExit("worker killed")  # the tool ran; its result was never recorded
 
-    monkeypatch.setattr(loop.sandbox, "execute", die_after_running)
+    monkeypatch.setattr(sandbox, "execute", die_after_running)
     with pytest.raises(SystemExit):
         drive(run.pk)
-    monkeypatch.setattr(loop.sandbox, "execute", real_execute)
+    monkeypatch.setattr(sandbox, "execute", real_execute)
     # A killed worker leaves its lease behind (here its `finally` ran, so put one back): nobody
     # else may drive the run until it expires.
     Run.objects.filter(pk=run.pk).update(

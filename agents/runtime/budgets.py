@@ -8,7 +8,9 @@ import time
 from decimal import Decimal
 from typing import Any, NoReturn
 
+from agents import isolation
 from agents.eventlog import NewEvent
+from agents.isolation import MIB
 from agents.models import EventKind, Run, RunStatus
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 
@@ -32,6 +34,12 @@ class Budgets:
                 if used >= limit:
                     self.exceed(message.format(limit=limit))
                 self.warn_if_near(name, used, limit)
+        cap = isolation.workspace_cap(run)
+        if cap and self.s.workspace_bytes > cap:
+            self.exceed(
+                f"the workspace holds {self.s.workspace_bytes / MIB:,.0f} MB, over its cap of "
+                f"{cap / MIB:,.0f} MB: free space (or raise --max-workspace-mb) and resume"
+            )
 
     def warn_if_near(self, name: str, used: Any, limit: Any) -> None:
         run = self.s.run

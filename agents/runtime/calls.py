@@ -18,6 +18,7 @@ from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime.conversation import INTERRUPTED
 from agents.runtime.finish import Finish
 from agents.runtime.gate import Cleared, Gate, GatedCall
+from agents.runtime.network import Network
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice
 
@@ -40,9 +41,12 @@ def call_event(
 
 
 class Calls:
-    def __init__(self, s: Slice, gate: Gate, sessions: Sessions, finish: Finish) -> None:
+    def __init__(
+        self, s: Slice, gate: Gate, sessions: Sessions, finish: Finish, network: Network
+    ) -> None:
         self.s = s
         self.gate = gate
+        self.network = network
         self.sessions = sessions
         self.finish = finish
 
@@ -77,11 +81,18 @@ class Calls:
                 should_stop=s.heartbeat,
                 bash_timeout=settings.SHIFTLOG["BASH_TIMEOUT_SECONDS"],
                 output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
-                isolation=settings.SHIFTLOG["ISOLATION"] or None,
+                isolation=s.isolation,
+                limits=s.limits,
+                toolchain=s.toolchain,
+                egress=self.network.proxy,
             )
             if cleared.note:
                 result.output = f"{cleared.note}\n\n{result.output}"
             s.record_result(block, result)
+            if name == "bash":
+                waiting = self.network.after_command(tool_input["command"])
+                if waiting:  # a new host: a person decides, the run waits at zero compute
+                    self.gate.wait(waiting[0])
             if name in checkpoints.FILE_TOOLS:
                 s.file_changes += 1
                 every = settings.SHIFTLOG["CHECKPOINT_EVERY"]

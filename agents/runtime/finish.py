@@ -114,7 +114,9 @@ class Finish:
             should_stop=s.heartbeat,
             timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
             output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
-            isolation=settings.SHIFTLOG["ISOLATION"] or None,
+            isolation=s.isolation,
+            limits=s.limits,
+            toolchain=s.toolchain,
         )
         for r in results:
             r["at"] = at

@@ -129,7 +129,7 @@ class Gate:
             return Cleared(call.tool_input)
         approval = call.approval
         if approval.status == ApprovalStatus.PENDING:
-            approval = self._wait(approval)
+            approval = self.wait(approval)
         if approval.status == ApprovalStatus.APPROVED:
             return Cleared(approval.edited_input or call.tool_input, approval, _note(approval))
         reason = (
@@ -147,7 +147,7 @@ class Gate:
         )
         return None
 
-    def _wait(self, approval: Approval) -> Approval:
+    def wait(self, approval: Approval) -> Approval:
         """Suspend the run until a person decides; returns at once if one already has."""
         s = self.s
         if not Checkpoint.objects.filter(

@@ -19,16 +19,18 @@ import time
 from django.conf import settings
 from django.db.models import F
 
-from agents import leases, sandbox
-from agents.eventlog import LeaseLost
+from agents import isolation, leases
+from agents.eventlog import LeaseLost, NewEvent
+from agents.isolation import MIB
 from agents.jobs import enqueue
 from agents.lifecycle import IllegalTransition
-from agents.models import Run, RunStatus
+from agents.models import EventKind, Run, RunStatus
 from agents.runtime import prompts
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import Calls, call_event
 from agents.runtime.finish import Finish
 from agents.runtime.gate import Gate
+from agents.runtime.network import Network
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import REQUEUE, Outcome, Slice, SliceOver, SliceResult
 from agents.runtime.turns import Turns
@@ -78,17 +80,17 @@ class Driver:
         self.turns = Turns(s, self.sessions)
         self.finish = Finish(s, self.sessions, self.turns)
         self.gate = Gate(s)
-        self.calls = Calls(s, self.gate, self.sessions, self.finish)
+        self.network = Network(s, s.isolation)
+        self.calls = Calls(s, self.gate, self.sessions, self.finish, self.network)
 
     def run(self) -> SliceResult:
         if not self._take():
             return SliceResult.NOT_DRIVABLE
-        run = self.run_obj
-        if not run.isolation:
-            run.isolation = settings.SHIFTLOG["ISOLATION"] or sandbox.isolation_available()
-            Run.objects.filter(pk=run.pk).update(isolation=run.isolation)
         try:
+            self._contain()
+            self.network.start()
             self.sessions.open()
+            self.network.tell_decisions()
             self.calls.recover()
             while True:
                 self._step()
@@ -98,6 +100,37 @@ class Driver:
             # Someone else (a person) moved the run meanwhile; their word wins.
             log.info("run %s: %s; ending the slice", self.run_id, e)
             return SliceResult.of_status(e.current)
+        finally:
+            self.network.stop()
+
+    def _contain(self) -> None:
+        """Refuse to run commands this worker cannot isolate (unless the operator allowed it),
+        and record how the run's commands are contained whenever that changes."""
+        s, run = self.slice, self.run_obj
+        refusal = isolation.refusal()
+        if refusal:
+            s.transition(RunStatus.PAUSED, reason=refusal)
+            raise SliceOver(SliceResult.PAUSED)
+        if run.isolation != s.isolation:
+            run.isolation = s.isolation
+            Run.objects.filter(pk=run.pk).update(isolation=s.isolation)
+            s.append(
+                NewEvent(
+                    EventKind.RUN_ISOLATION,
+                    {
+                        "isolation": s.isolation,
+                        "unisolated": s.isolation != "bwrap",
+                        "worker": s.owner,
+                        "limits": {
+                            "memory_mb": s.limits.memory_bytes // MIB,
+                            "processes": s.limits.processes,
+                            "cpu_seconds": s.limits.cpu_seconds,
+                        },
+                        "toolchain": s.toolchain or [],
+                    },
+                    actor=s.owner,
+                )
+            )
 
     def _take(self) -> bool:
         """Move the run to running: from queued, or from verifying when the worker that ran its

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import checkpoints, eventlog, leases, lifecycle, providers, sandbox
+from agents import checkpoints, eventlog, isolation, leases, lifecycle, providers, sandbox
 from agents.blobstore import BlobStore
 from agents.eventlog import NewEvent
 from agents.models import (
@@ -85,6 +85,12 @@ class SliceOver(Exception):
 class Slice:
     def __init__(self, run: Run, owner: str, deadline: float, *, started: float) -> None:
         self.run = run
+        # How this worker contains the run's commands, and with what (agents/isolation.py).
+        self.isolation = isolation.isolation()
+        self.limits = isolation.limits_for(run)
+        self.toolchain = isolation.toolchain_for(run)
+        # The workspace's size at its latest checkpoint here (its cap is checked between steps).
+        self.workspace_bytes = 0
         self.run_id: int = run.pk
         self.owner = owner
         self.deadline = deadline
@@ -203,7 +209,7 @@ class Slice:
 
     # --- checkpoints and artifacts ------------------------------------------------------
     def checkpoint(self, kind: str, label: str = "") -> None:
-        checkpoints.create(
+        checkpoint = checkpoints.create(
             self.run_id,
             kind=kind,
             label=label,
@@ -212,6 +218,7 @@ class Slice:
             lease_owner=self.owner,
         )
         self.file_changes = 0
+        self.workspace_bytes = checkpoint.bytes_total
 
     def store_artifact(
         self, name: str, kind: str, data: bytes, mime: str | None = None

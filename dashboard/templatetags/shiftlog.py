@@ -4,6 +4,7 @@ import json
 
 from django import template
 
+from agents import policy
 from dashboard import cards, markup, stream
 
 register = template.Library()
@@ -17,6 +18,12 @@ def approval_diff(approval) -> list[tuple[str, str]]:
 @register.filter
 def diff_lines(text: str) -> list[tuple[str, str]]:
     return markup.diff_lines(text or "")
+
+
+@register.filter
+def similar_words(approval) -> str:
+    """What "allow similar" would allow, in words: the rule it adds."""
+    return policy.similar_rule(approval.tool_name, approval.tool_input)["note"]
 
 
 @register.filter

@@ -1,0 +1,160 @@
+"""The run's network, under policy: an egress proxy for the slice's commands, each connection
+decided by the run's rules (`policy.decide_network`), recorded as a `network.connection` event,
+and a host the rules do not know asked of a person like a risky tool call.
+
+The proxy never holds a command waiting: a connection that needs a person is refused at once (the
+command sees a 403 saying so), and when the command has returned the harness asks — one approval
+per new host — and the run waits, at zero compute, for the decision: allow once (the next
+command may connect), allow for this run (a rule), or deny (a rule). The agent is told the
+decision when the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from agents import approvals, policy
+from agents.models import Approval, ApprovalStatus, Event, EventKind
+from agents.runtime.slice import Slice
+from agents.sandbox.egress import EgressProxy
+
+log = logging.getLogger(__name__)
+
+
+class Network:
+    def __init__(self, s: Slice, isolation: str) -> None:
+        self.s = s
+        self.proxy: EgressProxy | None = None
+        if isolation == "bwrap":  # a plain subprocess has the host's network: nothing to proxy
+            folder = Path(settings.DATA_DIR) / "egress" / f"run-{s.run_id}"
+            self.proxy = EgressProxy(
+                folder,
+                self._decide,
+                self._record,
+                block_private=not settings.SHIFTLOG["EGRESS_ALLOW_PRIVATE"],
+            )
+        self.attempts: list[dict[str, Any]] = []  # appended by the proxy's threads
+        self.once: set[str] = set()  # "host:port" a person allowed for the next command
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self.proxy is not None:
+            self.proxy.start()
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+
+    # --- called by the proxy, in its threads ---------------------------------------------
+    def _decide(self, host: str, port: int) -> str:
+        target = policy.network_target(host, port)
+        with self._lock:
+            if target in self.once:
+                return "allow"
+        return policy.decide_network(self.s.rules, host, port).action
+
+    def _record(self, host: str, port: int, decision: str, up: int, down: int) -> None:
+        with self._lock:
+            self.attempts.append(
+                {
+                    "host": host,
+                    "port": port,
+                    "decision": decision,
+                    "bytes_up": up,
+                    "bytes_down": down,
+                    "at": time.time(),
+                }
+            )
+
+    # --- after each command ---------------------------------------------------------------
+    def after_command(self, command: str) -> list[Approval]:
+        """Record the command's connections; ask about the new hosts. Returns the approvals a
+        person must decide before the run goes on (empty: nothing to wait for)."""
+        with self._lock:
+            attempts, self.attempts = self.attempts, []
+            used = {policy.network_target(a["host"], a["port"]) for a in attempts}
+            self.once -= used  # allowed once: that command had its chance
+        if not attempts:
+            return []
+        s = self.s
+        s.append(*[s.event(EventKind.NETWORK_CONNECTION, a) for a in attempts])
+        asked = {}
+        for a in attempts:
+            if a["decision"] == "ask":
+                asked.setdefault(policy.network_target(a["host"], a["port"]), a)
+        if not asked:
+            return []
+        calls = [
+            (
+                f"network:{target}:{s.known_seq}",
+                policy.NETWORK_TOOL,
+                {"host": a["host"], "port": a["port"]},
+                f"a command tried to connect to {target}, which this run has not been allowed "
+                f"to reach: `{command[:200]}`",
+            )
+            for target, a in asked.items()
+        ]
+        created, appended = approvals.request(
+            s.run,
+            calls,
+            session_id=s.session_id,
+            seq=s.known_seq,
+            actor=s.owner,
+            lease_owner=s.owner,
+        )
+        s.absorb(appended)
+        return list(created.values())
+
+    # --- when the run goes on -------------------------------------------------------------
+    def tell_decisions(self) -> None:
+        """Tell the agent what people decided about hosts since it last heard, and take the
+        allow-once grants into this slice."""
+        s = self.s
+        told = set(
+            Event.objects.filter(
+                run_id=s.run_id, kind=EventKind.HARNESS_MESSAGE, payload__reason="network_decision"
+            ).values_list("payload__approval_id", flat=True)
+        )
+        decided = (
+            Approval.objects.filter(run_id=s.run_id, tool_name=policy.NETWORK_TOOL)
+            .exclude(status=ApprovalStatus.PENDING)
+            .exclude(pk__in=told)
+            .order_by("pk")
+        )
+        for approval in decided:
+            target = policy.network_target(
+                str(approval.tool_input.get("host", "")), approval.tool_input.get("port")
+            )
+            text = _decision_text(approval, target, s.rules)
+            if approval.status == ApprovalStatus.APPROVED:
+                with self._lock:
+                    self.once.add(target)
+            appended = s.append(
+                s.event(
+                    EventKind.HARNESS_MESSAGE,
+                    {"text": text, "reason": "network_decision", "approval_id": approval.pk},
+                )
+            )
+            s.conv.add_text(appended.events[0].seq, text)
+
+
+def _decision_text(approval: Approval, target: str, rules: list[dict[str, Any]]) -> str:
+    if approval.status == ApprovalStatus.APPROVED:
+        host, _, port = target.rpartition(":")
+        lasting = policy.decide_network(rules, host, int(port or 0)).action == "allow"
+        span = "for the rest of this run" if lasting else "for your next command"
+        return (
+            f"A person allowed connections to {target} {span}. Run the command that needed it "
+            "again."
+        )
+    reason = approval.comment or approval.status
+    return (
+        f"Connections to {target} were not allowed ({approval.status}: {reason}). Carry on "
+        "without it."
+    )
