@@ -15,12 +15,13 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# bubblewrap gives bash tools a sandbox without network; without it they still run, as plain
-# subprocesses, and each run records which isolation it had.
+# bubblewrap is the sandbox runs' commands get (their workspace and the toolchain, nothing of the
+# supervisor, no network but through the run's proxy); without it runs do not start, unless the
+# operator sets SHIFTLOG_ALLOW_UNISOLATED=1.
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) \
-	  || echo "note: bubblewrap (bwrap) is not installed; bash tools run without a network sandbox"; }
+	  || echo "note: bubblewrap (bwrap) could not be installed: runs will not start, because their commands cannot be isolated (set SHIFTLOG_ALLOW_UNISOLATED=1 to let them run with the worker's own reach, at your risk)"; }
 	@$(MAKE) --no-print-directory browser
 
 # The browser tests drive Debian's chromium through the playwright package (never a Playwright

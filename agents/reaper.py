@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import approvals
+from agents import approvals, sandbox
 from agents.jobs import enqueue
 from agents.models import DRIVABLE_STATUSES, Run
 
@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 def reap(now=None) -> list[int]:
     now = now or timezone.now()
     approvals.expire_due(now)
+    # Commands of a worker that died may have left their cgroups (and, without a PID
+    # namespace, processes in them) behind: end them.
+    sandbox.cleanup_stale_cgroups()
     lost_before = now - timedelta(seconds=settings.SHIFTLOG["REQUEUE_AFTER_SECONDS"])
     stale = (
         Run.objects.filter(status__in=DRIVABLE_STATUSES)

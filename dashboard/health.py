@@ -18,6 +18,7 @@ from huey.contrib.djhuey import HUEY
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from agents import isolation
 from agents.models import Approval, ApprovalStatus, Run, RunStatus
 from dashboard import hub
 
@@ -71,7 +72,11 @@ def readyz(request: HttpRequest) -> HttpResponse:
     except Exception as e:
         checks["channels"] = f"error: {e}"
     ready = all(v == "ok" for v in checks.values())
-    return JsonResponse({"ready": ready, **checks}, status=200 if ready else 503)
+    # What runs' commands get on this machine (a worker's own may differ: each run records its).
+    return JsonResponse(
+        {"ready": ready, **checks, "isolation": isolation.describe()},
+        status=200 if ready else 503,
+    )
 
 
 class ShiftlogCollector:

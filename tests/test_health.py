@@ -25,7 +25,19 @@ def test_readyz_checks_database_queue_and_channel_layer(client):
     client.force_login(get_user_model().objects.create_user("ops", is_staff=True))
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"ready": True, "database": "ok", "queue": "ok", "channels": "ok"}
+    body = response.json()
+    isolation = body.pop("isolation")
+    assert body == {"ready": True, "database": "ok", "queue": "ok", "channels": "ok"}
+    # What runs' commands get here: bubblewrap on this machine, so runs may start.
+    assert isolation["isolation"] == "bwrap" and isolation["runs_may_start"] is True
+    assert isolation["limits"]["processes"] and "egress" in isolation
+
+
+def test_readyz_says_when_runs_may_not_start_here(client, settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "ISOLATION": "subprocess", "ALLOW_UNISOLATED": False}
+    client.force_login(get_user_model().objects.create_user("ops", is_staff=True))
+    isolation = client.get("/readyz").json()["isolation"]
+    assert isolation["isolation"] == "subprocess" and isolation["runs_may_start"] is False
 
 
 def test_metrics_report_runs_events_approvals_leases_and_queue(client):

@@ -254,7 +254,6 @@ def test_a_tool_call_left_open_by_a_dead_worker_is_closed_as_interrupted_not_rer
     transactional_db, monkeypatch
 ):
     from agents import sandbox
-    from agents.runtime import loop
 
     run = make_run(
         turns=[{"tool_calls": [call("bash", command="echo ran >> count.txt")]}, finish_turn()],

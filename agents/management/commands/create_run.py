@@ -74,6 +74,30 @@ class Command(BaseCommand):
             metavar="NAME[=CMD]",
             help="an acceptance criterion: passes when CMD does, or when the judge says so",
         )
+        parser.add_argument(
+            "--allow-host",
+            action="append",
+            default=[],
+            metavar="HOST[:PORT]",
+            help="the run's commands may reach this host without asking (repeatable)",
+        )
+        parser.add_argument("--max-memory-mb", type=int, help="memory per command")
+        parser.add_argument("--max-processes", type=int, help="processes per command")
+        parser.add_argument("--max-cpu-seconds", type=int, help="CPU seconds per process")
+        parser.add_argument(
+            "--max-workspace-mb", type=int, help="workspace size, checked at every checkpoint"
+        )
+        env = parser.add_mutually_exclusive_group()
+        env.add_argument(
+            "--env",
+            metavar="PATH",
+            help="an interpreter or virtualenv the run's commands and checks run with",
+        )
+        env.add_argument(
+            "--env-requirements",
+            metavar="FILE",
+            help="build a virtualenv with these requirements for the commands and checks",
+        )
         parser.add_argument("--user", help="the run's owner (recorded in the log)")
         parser.add_argument("--json", action="store_true")
 
@@ -126,6 +150,15 @@ class Command(BaseCommand):
                 protected_action=o["protect_action"],
                 acceptance=o["criterion"],
                 webhook_urls=o["webhook"],
+                allowed_hosts=o["allow_host"],
+                limits={
+                    "memory_mb": o["max_memory_mb"],
+                    "processes": o["max_processes"],
+                    "cpu_seconds": o["max_cpu_seconds"],
+                    "workspace_mb": o["max_workspace_mb"],
+                },
+                environment=o["env"],
+                requirements=o["env_requirements"],
                 approval_timeout_seconds=o["approval_timeout"],
                 created_by=user,
             )
@@ -134,7 +167,13 @@ class Command(BaseCommand):
         if o["json"]:
             self.stdout.write(
                 json.dumps(
-                    {"id": run.pk, "status": run.status, "workspace": str(run.workspace_path)}
+                    {
+                        "id": run.pk,
+                        "status": run.status,
+                        "workspace": str(run.workspace_path),
+                        "limits": run.limits,
+                        "toolchain": run.toolchain,
+                    }
                 )
             )
         else:

@@ -33,6 +33,9 @@ def run_summary(run) -> dict:
         "model": run.model,
         "checks": run.checks,
         "isolation": run.isolation,
+        "unisolated": run.unisolated,
+        "limits": run.limits,
+        "toolchain": run.toolchain,
         "workspace": str(run.workspace_path),
         "created_at": run.created_at.isoformat(),
         "usage": {
@@ -113,6 +116,11 @@ class Command(RunCommand):
         label = " (offline)" if data["offline"] else ""
         w(
             f"  provider:  {data['provider']}{label}, model {data['model']}, isolation {data['isolation'] or '-'}"
+            + (
+                "  ** UNISOLATED: its commands have the worker's own reach **"
+                if data["unisolated"]
+                else ""
+            )
         )
         w(f"  checks:    {'; '.join(data['checks'])}")
         u = data["usage"]
