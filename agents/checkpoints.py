@@ -62,10 +62,13 @@ def protected_originals() -> Iterator[tuple[int, str, str]]:
     a checkpoint's files, also for a run whose first checkpoint is not taken yet. A fork copies
     its origin's fingerprints, so every run counts, over or not.
     """
-    rows = Run.objects.exclude(protected={}).values_list("pk", "protected")
-    for run_id, prints in rows.iterator(chunk_size=500):
+    rows = Run.objects.values_list("pk", "protected", "check_settings")
+    for run_id, prints, settings in rows.iterator(chunk_size=500):
         for path, fingerprint in (prints or {}).items():
             yield run_id, path, fingerprint["hash"]
+        for path, fingerprint in (settings or {}).items():  # agents/check_settings.py
+            if fingerprint.get("blob"):
+                yield run_id, path, fingerprint["blob"]
 
 
 def provider_meta(run: Run) -> dict[str, Any]:
@@ -438,6 +441,7 @@ def fork(
         tool_policy=source.tool_policy,
         limits=source.limits,
         toolchain=source.toolchain,
+        check_settings=source.check_settings,
         webhook_urls=source.webhook_urls,
         approval_timeout_seconds=source.approval_timeout_seconds,
         judge_model=source.judge_model,

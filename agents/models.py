@@ -126,6 +126,9 @@ class Run(models.Model):
     judge_model = models.CharField(max_length=100, blank=True)
     # Files the checks depend on: fingerprinted at creation, {path: {hash, size, mode}}.
     protected = models.JSONField(default=dict, blank=True)
+    # What changes how the checks run (conftest.py, test settings, .pth, shims), as it was at
+    # creation: {path: {kind, hash, blob}}; see agents/check_settings.py.
+    check_settings = models.JSONField(default=dict, blank=True)
     # What a file tool writing one gets: deny, or ask a person.
     protected_action = models.CharField(max_length=10, default="deny")
     # Named criteria, fixed at creation: [{"name", "check": command or null, "passing": bool}].

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from agents import check_settings as check_settings_module
 from agents import (
     eventlog,
     inputs,
@@ -102,6 +103,7 @@ def create_run(
     environment: str | Path | None = None,
     requirements: str | Path | None = None,
     toolchain: list[str] | None = None,
+    check_settings: dict[str, Any] | None = None,
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
@@ -258,7 +260,16 @@ def create_run(
                 raise RunError(f"protect: {e}", "protected_paths") from None
             if not run.protected:
                 raise RunError("protect: the paths given hold no files", "protected_paths")
-        Run.objects.filter(pk=run.pk).update(protected=run.protected)
+        if check_settings is not None:
+            run.check_settings = check_settings  # a fork's are its origin's
+        else:
+            try:
+                run.check_settings = check_settings_module.fingerprint(workspace)
+            except check_settings_module.OutsidePointer as e:
+                raise RunError(str(e), "workspace_from") from None
+        Run.objects.filter(pk=run.pk).update(
+            protected=run.protected, check_settings=run.check_settings
+        )
         eventlog.append(
             run.pk,
             EventKind.RUN_CREATED,

@@ -196,6 +196,19 @@ def fingerprint(workspace, paths: list[str]) -> dict[str, dict[str, Any]]:
     prints: dict[str, dict[str, Any]] = {}
     for rel in paths:
         target = workspace.resolve(rel)
+        if not target.exists() and not target.is_symlink():
+            # Not there yet: protected all the same, so creating it later is a change to the
+            # checks (a conftest.py the agent adds). A trailing / protects a folder to be.
+            key = target.relative_to(workspace.path).as_posix()
+            folder = rel.endswith("/")
+            prints[key + ("/" if folder else "")] = {
+                "hash": store.put(b""),
+                "size": 0,
+                "mode": 0o755 if folder else 0o644,
+                "absent": True,
+                **({"folder": True, "links": []} if folder else {}),
+            }
+            continue
         if target.is_dir():
             found = [
                 p
@@ -286,6 +299,10 @@ def tampered(workspace, prints: dict[str, dict[str, Any]]) -> list[dict[str, Any
                     record(extra, "added", digest=digest)
             continue
         path = workspace.path / rel
+        if expected.get("absent"):
+            if path.exists() or path.is_symlink():
+                record(rel, "added")
+            continue
         if any(rel.startswith(b) for b in broken) or path.is_symlink() or not path.is_file():
             record(rel, "deleted or replaced", expected["hash"])
             continue
@@ -316,6 +333,14 @@ def restore_originals(
         if rel not in prints:
             continue
         path = workspace.path / rel
+        if prints[rel].get("absent"):  # it was not there: take it out, keep what it held
+            if path.is_file() and not path.is_symlink():
+                moved[rel] = path.read_bytes()
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+            continue
         if path.is_symlink() or path.is_file():
             path.unlink()
         elif path.is_dir():

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db.models import F
 
-from agents import done_conditions, sandbox, verification, workspaces
+from agents import check_settings, done_conditions, sandbox, verification, workspaces
 from agents.models import (
     ArtifactKind,
     Checkpoint,
@@ -105,6 +105,8 @@ class Finish:
         notes: list[str] = []
         if run.protected:
             notes += self._put_back_protected(at)
+        if run.check_settings is not None:
+            notes += self._put_back_check_settings(at)
         extra = [
             c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
         ]
@@ -166,6 +168,26 @@ class Finish:
             )
         verification.clear_caches(s.workspace, run.protected)
         return notes
+
+    def _put_back_check_settings(self, at: str) -> list[str]:
+        """What changes how the checks run is put back as it was at creation (conftest.py,
+        test settings, .pth files, shims); what the agent added is kept as an artifact."""
+        s, run = self.s, self.s.run
+        found = check_settings.changes(s.workspace.path, run.check_settings)
+        if not found:
+            return []
+        s.append(
+            s.event(EventKind.CHECK_TAMPERED, {"files": found, "at": at, "what": "check settings"})
+        )
+        for rel, data in check_settings.neutralise(
+            s.workspace.path, run.check_settings, found
+        ).items():
+            s.store_artifact(f"moved-aside/{rel}", ArtifactKind.FILE, data)
+        return [
+            "Files that change how the checks run were added or changed; the checks ran with "
+            "them as they were when the run was created (your versions are kept as moved-aside/ "
+            "artifacts): " + ", ".join(f"{c['path']} ({c['change']}: {c['kind']})" for c in found)
+        ]
 
     def _update_acceptance(self, states: dict[str, bool]) -> None:
         s, run = self.s, self.s.run
