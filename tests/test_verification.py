@@ -341,8 +341,13 @@ def test_goal_coverage_is_high_for_an_on_topic_handoff():
 
 
 def test_bad_verification_input_is_refused_clearly(tmp_path):
+    # A path that does not exist yet may be protected (its creation is a change); one outside
+    # the workspace may not.
+    assert make_run(turns=[finish_turn()], protected_paths=["nope.py"]).protected["nope.py"][
+        "absent"
+    ]
     with pytest.raises(services.RunError, match="protect"):
-        make_run(turns=[finish_turn()], protected_paths=["nope.py"])
+        make_run(turns=[finish_turn()], protected_paths=["../outside.py"])
     with pytest.raises(services.RunError, match="needs a 'judge' section"):
         make_run(turns=[finish_turn()], acceptance=["judged thing"])
     with pytest.raises(services.RunError, match="listed twice"):

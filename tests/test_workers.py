@@ -319,10 +319,9 @@ SHORT_LEASES = {"SHIFTLOG_LEASE_SECONDS": 2, "SHIFTLOG_REQUEUE_AFTER_SECONDS": 2
 
 def without_bwrap() -> dict[str, str]:
     # A worker finds bwrap on its PATH; with only the virtualenv there it falls back to plain
-    # subprocesses, as on a machine without bubblewrap. (SHIFTLOG_ISOLATION=subprocess would be
-    # the direct way, but tools ignore it: see the isolation test below.) Tools still get their
-    # own PATH from the sandbox.
-    return {"PATH": str(Path(sys.executable).parent)}
+    # subprocesses, as on a machine without bubblewrap, where runs start only when the operator
+    # allows unisolated runs. Tools still get their own PATH from the sandbox.
+    return {"PATH": str(Path(sys.executable).parent), "SHIFTLOG_ALLOW_UNISOLATED": "1"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -424,7 +423,8 @@ def test_a_forced_isolation_is_the_one_tools_and_checks_really_run_with(settings
 
     if isolation_available() != "bwrap":
         pytest.skip("needs bwrap, so that forcing plain subprocesses makes a difference")
-    settings.SHIFTLOG = {**settings.SHIFTLOG, "ISOLATION": "subprocess"}
+    # Forcing plain subprocesses is an unisolated run: the operator must allow those.
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "ISOLATION": "subprocess", "ALLOW_UNISOLATED": True}
     run = drive_until_idle(make_run(turns=[bash("true"), finish_turn()]))
     assert run.status == RunStatus.SUCCEEDED
     assert run.isolation == "subprocess"
