@@ -55,7 +55,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -621,6 +621,10 @@ _NUMERIC_SPECIALS |= {"PPID", "UID", "EUID", "SHLVL", "COLUMNS", "LINES", "OPTIN
 class _State:
     workspace: Path | None
     source: bytes
+    # Reads the commands of a substitution met inside a word. Words hold substitutions, which
+    # hold statements, which hold words: the statement walker hands itself in here, so the code
+    # that reads words never has to import the code that reads statements.
+    substitution: Callable[[tree_sitter.Node, _State], None]
     cwd: PurePosixPath | None = ROOT
     commands: list[Command] = field(default_factory=list)
     operators: list[str] = field(default_factory=list)
@@ -650,7 +654,8 @@ def parse(command: str, *, workspace: Path | str | None = None) -> Script:
 
 
 def _parse(command: str, workspace: str | None) -> Script:
-    state = _State(Path(workspace) if workspace is not None else None, command.encode())
+    where = Path(workspace) if workspace is not None else None
+    state = _State(where, command.encode(), _substitution)
     tree = _parser().parse(state.source)
     root = tree.root_node
     state.numeric = _numeric_variables(root, state)
@@ -1485,10 +1490,10 @@ def _parts(node: tree_sitter.Node, state: _State, *, quoted: bool) -> Iterator[_
     elif kind == "simple_expansion" or kind == "expansion":
         yield from _expansion(node, state)
     elif kind == "command_substitution":
-        _substitution(node, state)
+        state.substitution(node, state)
         yield ("unk", "command substitution")
     elif kind == "process_substitution":
-        _substitution(node, state)
+        state.substitution(node, state)
         yield ("unk", "process substitution")
     elif kind == "arithmetic_expansion":
         for child in node.named_children:
@@ -1589,6 +1594,7 @@ def _backquoted(state: _State, text: str) -> _State:
     return _State(
         state.workspace,
         text.encode(),
+        state.substitution,
         cwd=state.cwd,
         commands=state.commands,
         operators=state.operators,
