@@ -55,30 +55,27 @@ The modules, top to bottom; each imports only modules below it:
 - opaque: the programs whose arguments can be code
 - state: one reading in progress, and the tree-sitter grammar
 - script: `Command` and `Script`, what `parse` returns
-- options: a command's flags and operands
+- options: a command's flags and operands, and the option tables per program family
 - data: `Word`, `Redirect`, `Options`
 - expand: quotes, escapes, braces and `~`, from text to values
 - paths: where a value lands against the workspace
-- programs: what programs are (shells, interpreters, wrappers, option tables)
+- programs: what programs are (shells, interpreters, builtins, wrappers)
 """
 
 from __future__ import annotations
 
 from agents.shell.data import Options, Redirect, Word
 from agents.shell.expand import MAX_VALUES
-from agents.shell.options import split_options
+from agents.shell.options import CLUSTERING, FLAG_ALIASES, VALUE_OPTIONS, split_options
 from agents.shell.parser import CACHED_LENGTH, parse
 from agents.shell.paths import HOME, ROOT
 from agents.shell.programs import (
     AWKS,
-    CLUSTERING,
-    FLAG_ALIASES,
     GENERIC_WRAPPERS,
     INTERPRETERS,
     OPAQUE_PROGRAMS,
     SHELLS,
     SPECIAL_VARIABLES,
-    VALUE_OPTIONS,
     family,
 )
 from agents.shell.script import Command, Script
