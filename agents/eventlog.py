@@ -59,7 +59,13 @@ def _redact(value: Any, secrets: list[str]) -> Any:
 
 def _secret_values() -> list[str]:
     # Secrets never reach the log, even when a tool prints one it somehow got hold of.
-    candidates = [settings.SHIFTLOG.get("ANTHROPIC_API_KEY"), settings.SECRET_KEY]
+    candidates = [
+        settings.SHIFTLOG.get("ANTHROPIC_API_KEY"),
+        settings.SHIFTLOG.get("METRICS_TOKEN"),
+        settings.SECRET_KEY,
+        getattr(settings, "DATABASE_URL", ""),
+        getattr(settings, "REDIS_URL", ""),
+    ]
     return [s for s in candidates if s and len(s) >= 8]
 
 
