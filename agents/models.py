@@ -192,6 +192,8 @@ class Run(models.Model):
     cache_read_tokens = models.PositiveBigIntegerField(default=0)
     cache_write_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    # Some turn's model was in no price table: its cost was estimated at the dearest rate.
+    cost_estimated = models.BooleanField(default=False)
     # Time spent inside worker slices; waiting for a person does not count.
     active_seconds = models.FloatField(default=0.0)
     budget_warnings = models.JSONField(default=list, blank=True)

@@ -55,8 +55,8 @@ def meters(run: Run, sessions_used: int) -> list[dict]:
     return [
         meter("Tokens", run.total_tokens, run.max_tokens, f"{run.total_tokens:,}",
               f"{run.max_tokens or 0:,}"),
-        meter("Cost", run.cost_usd, run.max_cost_usd, f"${run.cost_usd:.4f}",
-              f"${run.max_cost_usd or 0:.2f}"),
+        meter("Cost" + (" (estimated)" if run.cost_estimated else ""), run.cost_usd,
+              run.max_cost_usd, f"${run.cost_usd:.4f}", f"${run.max_cost_usd or 0:.2f}"),
         meter("Sessions", sessions_used, run.max_sessions, str(sessions_used),
               str(run.max_sessions)),
         meter("Wall time", run.active_seconds, run.max_wall_seconds,

@@ -432,19 +432,38 @@ def test_the_fake_says_when_its_script_ran_out(fake: FakeAnthropic) -> None:
 # -- pricing -----------------------------------------------------------------------------------
 
 
-def test_a_million_tokens_cost_the_listed_price() -> None:
-    million = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+def test_tokens_cost_the_listed_price() -> None:
+    # 100,000 in and out: the price per million, a tenth of it (below any long-context tier).
+    tenth = Usage(input_tokens=100_000, output_tokens=100_000)
 
-    assert cost_usd("claude-opus-4-5", million) == Decimal("30.000000")
-    assert cost_usd("claude-opus-4-1", million) == Decimal("90.000000")
-    assert cost_usd("claude-haiku-4-5", million) == Decimal("6.000000")
-    assert cost_usd("claude-3-5-haiku", million) == Decimal("4.800000")
+    assert cost_usd("claude-opus-4-5", tenth) == Decimal("3.000000")
+    assert cost_usd("claude-opus-4-1", tenth) == Decimal("9.000000")
+    assert cost_usd("claude-haiku-4-5", tenth) == Decimal("0.600000")
+    assert cost_usd("claude-3-5-haiku", tenth) == Decimal("0.480000")
 
 
 def test_cache_tokens_are_priced_separately() -> None:
-    usage = Usage(cache_creation_input_tokens=1_000_000, cache_read_input_tokens=1_000_000)
+    usage = Usage(cache_creation_input_tokens=100_000, cache_read_input_tokens=100_000)
 
-    assert cost_usd("claude-sonnet-4-5", usage) == Decimal("4.050000")  # 3.75 + 0.30
+    assert cost_usd("claude-sonnet-4-5", usage) == Decimal("0.405000")  # (3.75 + 0.30) / 10
+
+
+def test_prices_come_from_the_maintained_table_which_knows_long_context_tiers() -> None:
+    from agents.providers.pricing import cost
+
+    short = cost("claude-sonnet-4-5", Usage(input_tokens=100_000))
+    long = cost("claude-sonnet-4-5", Usage(input_tokens=300_000))
+    assert short.source == long.source == "genai-prices"
+    assert long.usd > 3 * short.usd  # past 200,000 tokens a request costs more per token
+
+
+def test_a_model_in_no_table_is_priced_at_the_dearest_rate_and_marked_an_estimate() -> None:
+    from agents.providers.pricing import cost
+
+    priced = cost("claude-sonnet-4-7", Usage(input_tokens=100_000))
+    assert priced.source == "fallback"
+    assert priced.usd == cost("claude-opus-4-1", Usage(input_tokens=100_000)).usd
+    assert cost("scripted", Usage(input_tokens=100_000)).source == "offline"
 
 
 def test_cost_is_rounded_to_micro_dollars() -> None:
@@ -467,7 +486,7 @@ def test_dated_ids_are_priced_as_their_model(model: str, listed: str) -> None:
     assert price_for(model) == (PRICES[listed], True)
 
 
-@pytest.mark.parametrize("model", ["claude-sonnet-4-7", "claude-opus-5", "gpt-4o", ""])
+@pytest.mark.parametrize("model", ["claude-sonnet-4-7", "claude-unknown-7", "gpt-4o", ""])
 def test_unknown_models_are_priced_conservatively(model: str) -> None:
     price, known = price_for(model)
     assert price == max(PRICES.values(), key=lambda p: p.output)

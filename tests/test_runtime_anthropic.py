@@ -122,3 +122,33 @@ def test_a_bad_request_fails_the_run_with_the_apis_message(fake_api):
     run = drive_until_idle(anthropic_run())
     assert run.status == RunStatus.FAILED
     assert "roles must alternate" in run.status_reason
+
+
+def test_a_model_in_no_price_table_is_charged_the_dearest_rate_and_shown_as_an_estimate(
+    fake_api, owner
+):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from tests.conftest import client_for
+
+    for model, content in [
+        ("claude-sonnet-4-7", [tool_use("toolu_1", "write_file", path="a.txt", content="hi")]),
+        ("claude-sonnet-4-7", [tool_use("toolu_2", "finish", summary="done")]),
+    ]:
+        fake_api.push_message(content, stop_reason="tool_use", model=model,
+                              usage={"input_tokens": 1000, "output_tokens": 100})  # fmt: skip
+    run = drive_until_idle(
+        anthropic_run(checks=["test -f a.txt"], model="claude-sonnet-4-7", created_by=owner)
+    )
+    assert run.status == RunStatus.SUCCEEDED and run.cost_estimated
+    turn = Event.objects.filter(run=run, kind="model.turn").first().payload
+    assert turn["price"] == "fallback"
+    # At the dearest listed rate (opus 4.1: $15/M in, $75/M out), never less.
+    assert float(run.cost_usd) == pytest.approx(2 * (1000 * 15 + 100 * 75) / 1e6, abs=1e-6)
+    assert "Cost (estimated)" in client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "est." in client_for(owner).get("/").content.decode()
+    out = StringIO()
+    call_command("show_run", str(run.pk), stdout=out)
+    assert "(estimated: a model in no price table" in out.getvalue()

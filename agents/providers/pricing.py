@@ -1,7 +1,11 @@
 """What a model turn costs, from the tokens it used.
 
-Prices are USD per million tokens. Cache writes are the 5-minute ephemeral cache (1.25x input),
-cache reads are 0.1x input.
+Prices come from a maintained table, genai-prices (its data ships with the package: no network),
+which knows tiers such as long-context pricing. A model it does not know is priced from our own
+table below (USD per million tokens; cache writes are the 5-minute cache, 1.25x input, cache reads
+0.1x input), and one neither knows at the dearest rate we list, so a budget is never overrun
+because a new model id slipped past the tables; such a cost is marked `fallback`, and wherever a
+run's cost is shown it says it is an estimate.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+
+import genai_prices
 
 from agents.providers.base import Usage
 
@@ -72,8 +78,37 @@ def price_for(model: str) -> tuple[Price, bool]:
     return _MOST_EXPENSIVE, False
 
 
-def cost_usd(model: str, usage: Usage) -> Decimal:
-    price, _known = price_for(model)
+@dataclass(frozen=True)
+class Cost:
+    usd: Decimal
+    source: str  # offline | genai-prices | table | fallback (the dearest rate: an estimate)
+
+
+def cost(model: str, usage: Usage) -> Cost:
+    """What `usage` of `model` costs, and where the price came from."""
+    if _is_offline(model):
+        return Cost(Decimal(0), "offline")
+    try:
+        priced = genai_prices.calc_price(
+            genai_prices.Usage(
+                # genai-prices counts cached tokens inside the input; Anthropic reports them apart.
+                input_tokens=usage.input_tokens
+                + usage.cache_read_input_tokens
+                + usage.cache_creation_input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_input_tokens,
+                cache_write_tokens=usage.cache_creation_input_tokens,
+            ),
+            model_ref=model,
+            provider_id="anthropic",
+        )
+    except (LookupError, ValueError):
+        price, known = price_for(model)
+        return Cost(_table_cost(price, usage), "table" if known else "fallback")
+    return Cost(Decimal(priced.total_price).quantize(_MICRO_DOLLAR, ROUND_HALF_UP), "genai-prices")
+
+
+def _table_cost(price: Price, usage: Usage) -> Decimal:
     total = (
         usage.input_tokens * price.input
         + usage.output_tokens * price.output
@@ -81,3 +116,7 @@ def cost_usd(model: str, usage: Usage) -> Decimal:
         + usage.cache_read_input_tokens * price.cache_read
     )
     return (total / _PER_MILLION).quantize(_MICRO_DOLLAR, rounding=ROUND_HALF_UP)
+
+
+def cost_usd(model: str, usage: Usage) -> Decimal:
+    return cost(model, usage).usd

@@ -28,7 +28,7 @@ from agents.models import (
     RunStatus,
 )
 from agents.providers.base import ProviderError, Usage
-from agents.providers.pricing import cost_usd
+from agents.providers import pricing
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 from agents.runtime.turns import Turns, crashed
@@ -237,7 +237,8 @@ class Finish:
             self.turns.provider_failed(e)
         except Exception as e:
             self.turns.provider_failed(crashed(s.provider, e))
-        cost = cost_usd(verdict.model or run.judge_model or run.model, Usage(**verdict.usage))
+        priced = pricing.cost(verdict.model or run.judge_model or run.model, Usage(**verdict.usage))
+        cost = priced.usd
         s.append(
             s.event(
                 EventKind.JUDGE_VERDICT,
@@ -255,6 +256,9 @@ class Finish:
         if cost:
             Run.objects.filter(pk=run.pk).update(cost_usd=F("cost_usd") + cost)
             run.cost_usd += cost
+        if priced.source == "fallback" and not run.cost_estimated:
+            Run.objects.filter(pk=run.pk).update(cost_estimated=True)
+            run.cost_estimated = True
         judged = {c["criterion"]: c["passed"] for c in verdict.criteria}
         self._update_acceptance(
             {

@@ -10,9 +10,9 @@ from django.db import transaction
 
 from agents import eventlog, sandbox
 from agents.eventlog import NewEvent
-from agents.models import EndReason, EventKind, RunStatus
+from agents.models import EndReason, EventKind, Run, RunStatus
+from agents.providers import pricing
 from agents.providers.base import ProviderCrashed, ProviderError, Turn, TurnRequest
-from agents.providers.pricing import cost_usd
 from agents.runtime import prompts
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
@@ -83,13 +83,15 @@ class Turns:
         """The turn, its usage and (when nothing stands in its way) its first call's tool.call,
         in one transaction with the run's and the session's counters."""
         s, usage = self.s, turn.usage
-        cost = cost_usd(turn.model, usage)
+        priced = pricing.cost(turn.model, usage)
+        cost = priced.usd
         payload = {
             "content": turn.content,
             "text": turn.text,
             "stop_reason": turn.stop_reason,
             "usage": usage.as_dict(),
             "cost_usd": str(cost),
+            "price": priced.source,
             "model": turn.model,
             "latency_ms": round(turn.latency_ms, 2),
             "context_seq": s.context_seq,
@@ -113,6 +115,9 @@ class Turns:
             appended = eventlog.append_many(
                 s.run_id, new, lease_owner=s.owner, increments=increments
             )
+            if priced.source == "fallback" and not s.run.cost_estimated:
+                Run.objects.filter(pk=s.run_id).update(cost_estimated=True)
+                s.run.cost_estimated = True
             eventlog.add_to_session(s.session.pk, increments, last_input_tokens=context_tokens)
         for name, value in increments.items():
             setattr(s.run, name, getattr(s.run, name) + value)

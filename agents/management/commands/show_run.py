@@ -46,6 +46,7 @@ def run_summary(run) -> dict:
             "cache_write_tokens": run.cache_write_tokens,
             "total_tokens": run.total_tokens,
             "cost_usd": str(run.cost_usd),
+            "cost_estimated": run.cost_estimated,
             "active_seconds": round(run.active_seconds, 1),
         },
         "budgets": {
@@ -126,7 +127,13 @@ class Command(RunCommand):
         u = data["usage"]
         w(
             f"  usage:     {u['turns']} turns, {u['total_tokens']} tokens "
-            f"({u['input_tokens']} in, {u['output_tokens']} out), ${u['cost_usd']}, {u['active_seconds']} s"
+            f"({u['input_tokens']} in, {u['output_tokens']} out), ${u['cost_usd']}"
+            + (
+                " (estimated: a model in no price table, priced at the dearest rate)"
+                if u["cost_estimated"]
+                else ""
+            )
+            + f", {u['active_seconds']} s"
         )
         w(f"  workspace: {data['workspace']}")
         w(f"  events:    {data['events']}")
