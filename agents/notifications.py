@@ -12,10 +12,13 @@ import json
 import logging
 import urllib.error
 import urllib.request
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
 
 from agents import eventlog, jobs
 from agents.models import EventKind
@@ -41,6 +44,8 @@ def notify(run, event: str, **details: Any) -> None:
     if not urls:
         return
     payload = {
+        # The same id on every attempt (the webhook-id header): receivers drop replays by it.
+        "id": f"msg_{uuid.uuid4().hex}",
         "event": event,
         "run": {"id": run.pk, "goal": run.goal, "status": run.status, "reason": run.status_reason},
         "url": run_url(run.pk),
@@ -52,15 +57,20 @@ def notify(run, event: str, **details: Any) -> None:
 
 
 def post(url: str, payload: dict[str, Any]) -> str:
-    """POST the payload once; "" when the receiver took it, else what went wrong."""
+    """POST the payload once, signed; "" when the receiver took it, else what went wrong."""
     if not url.startswith(("http://", "https://")):  # urllib would also open file:// and ftp://
         return "not an http:// or https:// URL"
     try:
+        body = json.dumps(payload)
         request = urllib.request.Request(
             url,
-            data=json.dumps(payload).encode(),
+            data=body.encode(),
             method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": "Shiftlog-Webhook/1"},
+            headers={
+                "Content-Type": "application/json",
+                "User-Agent": "Shiftlog-Webhook/1",
+                **signature_headers(payload.get("id") or f"msg_{uuid.uuid4().hex}", body),
+            },
         )
         with urllib.request.urlopen(request, timeout=ATTEMPT_TIMEOUT_SECONDS) as response:
             if 200 <= response.status < 300:
@@ -72,6 +82,20 @@ def post(url: str, payload: dict[str, Any]) -> str:
         return str(getattr(e, "reason", e)) or type(e).__name__
     except ValueError as e:  # not a URL urllib can open (a bad SHIFTLOG_WEBHOOK_URLS entry)
         return str(e)
+
+
+def signature_headers(message_id: str, body: str) -> dict[str, str]:
+    """The Standard Webhooks headers (webhook-id, -timestamp, -signature: HMAC-SHA256 over
+    "id.timestamp.body" with the shared secret), so a receiver can check a delivery came from
+    this Shiftlog and was not replayed or changed: `Webhook(secret).verify(body, headers)` in
+    the standardwebhooks library, in any of its languages."""
+    now = datetime.now(UTC)
+    signature = Webhook(settings.SHIFTLOG["WEBHOOK_SECRET"]).sign(message_id, now, body)
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signature,
+    }
 
 
 def retry_delay(attempt: int) -> float:

@@ -7,8 +7,10 @@ channels-redis. A bad value fails loudly at start-up rather than being guessed a
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
 
@@ -56,8 +58,6 @@ if not SECRET_KEY:
     # links survive restarts without anyone having to invent a secret.
     key_file = DATA_DIR / "secret_key"
     if not key_file.exists():
-        import secrets
-
         key_file.write_text(secrets.token_urlsafe(50))
         key_file.chmod(0o600)
     SECRET_KEY = key_file.read_text().strip()
@@ -275,6 +275,29 @@ def _tool_policy() -> list:
         raise ImproperlyConfigured(f"SHIFTLOG_TOOL_POLICY: {e}") from None
 
 
+def _webhook_secret() -> str:
+    """The key webhooks are signed with (Standard Webhooks: whsec_ and base64). Without
+    SHIFTLOG_WEBHOOK_SECRET, one is made once and kept in the data folder, like the secret key;
+    `manage.py webhook_secret` prints it for the receivers."""
+    secret = env_str("SHIFTLOG_WEBHOOK_SECRET")
+    if not secret:
+        path = DATA_DIR / "webhook_secret"
+        if not path.exists():
+            path.write_text("whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
+            path.chmod(0o600)
+        secret = path.read_text().strip()
+    body = secret.removeprefix("whsec_")
+    try:
+        ok = secret.startswith("whsec_") and len(base64.b64decode(body, validate=True)) >= 24
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ImproperlyConfigured(
+            "SHIFTLOG_WEBHOOK_SECRET must be whsec_ followed by at least 24 bytes in base64"
+        )
+    return secret
+
+
 def _webhook_urls() -> list[str]:
     from agents.inputs import InputError, http_url  # noqa: PLC0415 (as _tool_policy)
 
@@ -326,6 +349,7 @@ SHIFTLOG = {
     "TOOL_POLICY": _tool_policy(),
     "APPROVAL_TIMEOUT_SECONDS": env_number("SHIFTLOG_APPROVAL_TIMEOUT", 0, int) or None,
     "WEBHOOK_URLS": _webhook_urls(),
+    "WEBHOOK_SECRET": _webhook_secret(),
     "WEBHOOK_ATTEMPTS": int(env_number("SHIFTLOG_WEBHOOK_ATTEMPTS", 5)),
     "WEBHOOK_BACKOFF_SECONDS": env_number("SHIFTLOG_WEBHOOK_BACKOFF", 2.0, float),
     # A checkpoint after every N file-changing tool calls (0: only at session ends and approvals).

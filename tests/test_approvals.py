@@ -490,6 +490,7 @@ class Receiver:
     def __init__(self, statuses=(), *, otherwise=200):
         self.statuses = list(statuses)
         self.bodies = []
+        self.raw = []  # (body bytes, headers) of each POST, to check signatures
         self.times = []  # time.monotonic() of each POST
         receiver = self
 
@@ -497,6 +498,7 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.bodies.append(json.loads(body))
+                receiver.raw.append((body, dict(self.headers)))
                 receiver.times.append(time.monotonic())
                 self.send_response(receiver.statuses.pop(0) if receiver.statuses else otherwise)
                 self.end_headers()
@@ -770,3 +772,35 @@ def test_deciding_costs_the_same_few_queries_however_many_calls_wait(decider, ow
         counts.append(len(queries))
     assert counts[:-1] == [counts[0]] * 4, counts  # not one more query per call waiting
     assert counts[0] <= 11 and counts[-1] <= counts[0] + 9, counts
+
+
+def test_webhooks_are_signed_to_the_standard_webhooks_scheme(receiver, settings):
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_ATTEMPTS": 2, "WEBHOOK_BACKOFF_SECONDS": 0}
+    run = make_run(turns=[finish_turn()], webhook_urls=[receiver.url])
+    payload = {"id": "msg_test_1", "event": "run.succeeded", "run": {"id": run.pk}}
+    receiver.statuses = [500]  # the first attempt fails: the retry carries the same id
+    assert not tasks.deliver_webhook.call_local(run_id=run.pk, url=receiver.url, payload=payload)
+    assert tasks.deliver_webhook.call_local(
+        run_id=run.pk, url=receiver.url, payload=payload, attempt=2
+    )
+    verifier = Webhook(settings.SHIFTLOG["WEBHOOK_SECRET"])
+    for body, headers in receiver.raw:
+        headers = {k.lower(): v for k, v in headers.items()}
+        assert headers["webhook-id"] == "msg_test_1"
+        assert verifier.verify(body, headers)["event"] == "run.succeeded"
+    body, headers = receiver.raw[-1]
+    headers = {k.lower(): v for k, v in headers.items()}
+    with pytest.raises(WebhookVerificationError):  # a changed body fails the check
+        verifier.verify(body.replace(b"succeeded", b"failed"), headers)
+    with pytest.raises(WebhookVerificationError):  # so does another key
+        Webhook("whsec_" + "A" * 44).verify(body, headers)
+
+
+def test_every_notification_has_its_own_id(receiver, django_capture_on_commit_callbacks):
+    queued_webhooks()
+    with django_capture_on_commit_callbacks(execute=True):
+        drive_until_idle(make_run(turns=[finish_turn()], webhook_urls=[receiver.url]))
+    ids = [t.kwargs["payload"]["id"] for t in queued_webhooks()]
+    assert ids and all(i.startswith("msg_") for i in ids) and len(set(ids)) == len(ids)

@@ -171,3 +171,11 @@ def test_a_global_webhook_url_that_is_not_http_stops_start_up(tmp_path, url):
     assert proc.returncode != 0
     assert "SHIFTLOG_WEBHOOK_URLS" in proc.stderr and "http:// or https://" in proc.stderr
     assert _check({"SHIFTLOG_WEBHOOK_URLS": "https://ok.example/hook"}, tmp_path).returncode == 0
+
+
+def test_a_malformed_webhook_secret_stops_start_up_and_a_missing_one_is_made(tmp_path):
+    proc = _check({"SHIFTLOG_WEBHOOK_SECRET": "not-a-secret"}, tmp_path)
+    assert proc.returncode != 0 and "SHIFTLOG_WEBHOOK_SECRET must be whsec_" in proc.stderr
+    assert _check({}, tmp_path).returncode == 0
+    made = (tmp_path / "webhook_secret").read_text()
+    assert made.startswith("whsec_") and (tmp_path / "webhook_secret").stat().st_mode & 0o077 == 0

@@ -27,8 +27,8 @@ from agents.models import (
     Run,
     RunStatus,
 )
-from agents.providers.base import ProviderError, Usage
 from agents.providers import pricing
+from agents.providers.base import ProviderError, Usage
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 from agents.runtime.turns import Turns, crashed
