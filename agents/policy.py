@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents import shell
+from agents import schemas, shell
 from agents.sandbox.workspace import ToolInputError
 
 ACTIONS = ("allow", "ask", "deny")
@@ -280,6 +280,14 @@ def validate(rules: Any) -> list[dict[str, Any]]:
         if set(rule) & {"program", "args", "flags", "paths"}:
             rule = _validate_similar(i + 1, rule)
         cleaned.append(rule)
+    # The published contract (agents/schemas/policy.schema.json) has the last word: the checks
+    # above word the common mistakes; the schema also bounds counts and lengths.
+    problem = schemas.first_problem("policy", cleaned)
+    if problem is not None:
+        path = list(problem.absolute_path)
+        if not path:  # the list as a whole
+            raise PolicyError(f"a tool policy: {schemas.describe(problem, whole='it')}")
+        raise PolicyError(f"rule {path[0] + 1}: {schemas.describe(problem, skip=1, whole='it')}")
     return cleaned
 
 

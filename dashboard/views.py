@@ -34,6 +34,7 @@ from agents.models import (
 from agents.providers.scripted import builtin_script
 from dashboard import access, cards, markup, panels, stream
 from dashboard.forms import NewRunForm, PolicyForm
+from dashboard.redirects import safe_next
 
 RUNS_PER_PAGE = 25
 TEXT_VIEW_LIMIT = 1_000_000
@@ -356,7 +357,7 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     if not request.htmx:
         if error:
             messages.error(request, error)
-        return redirect(request.POST.get("next") or reverse("approvals"))
+        return redirect(safe_next(request, request.POST.get("next"), reverse("approvals")))
     card = cards.render(
         approval,
         can_decide=access.can_decide(request.user),

@@ -515,6 +515,35 @@ def test_an_image_is_shown_inline_and_anything_downloads(owner, outsider):
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "mime", "body"),
+    [
+        ("page.html", "text/html", b"<script>alert(1)</script><img src=x onerror=alert(2)>"),
+        ("x.svg", "image/svg+xml", b"<svg xmlns='http://www.w3.org/2000/svg' onload='alert(1)'/>"),
+        (
+            "feed.xml",
+            "application/xml",
+            b"<?xml version='1.0'?><x:script xmlns:x='http://www.w3.org/1999/xhtml'>alert(1)</x:script>",
+        ),
+    ],
+)
+def test_active_artifacts_are_shown_as_text_and_downloaded_never_rendered(owner, name, mime, body):
+    run = make_run(created_by=owner)
+    a = artifact(run, name, body, mime)
+    c = client_for(owner)
+    page = c.get(f"/runs/{run.pk}/artifacts/{a.pk}/").content.decode()
+    assert (
+        "<script>alert" not in page and "onload='alert" not in page and "onerror=alert" not in page
+    )
+    assert "&lt;" in page  # shown as text, escaped
+    for url in (f"{a.pk}/download", f"{a.pk}/download?inline=1"):
+        got = c.get(f"/runs/{run.pk}/artifacts/{url}")
+        assert "attachment" in got["Content-Disposition"], url
+        assert got["Content-Type"] == "application/octet-stream", url
+        assert got["X-Content-Type-Options"] == "nosniff"
+        assert "sandbox" in got["Content-Security-Policy"]
+
+
 def test_the_header_counts_waiting_approvals_on_every_page(supervisor, waiting_run):
     for url in ("/", "/runs/new/", f"/runs/{waiting_run.pk}/", "/approvals/"):
         html = client_for(supervisor).get(url).content.decode()

@@ -52,9 +52,10 @@ def where(path) -> str:
     return out
 
 
-def describe(error: jsonschema.ValidationError) -> str:
-    """One sentence for a schema error, without echoing a (possibly huge) value."""
-    at = where(error.absolute_path) or "the document"
+def describe(error: jsonschema.ValidationError, *, skip: int = 0, whole: str = "") -> str:
+    """One sentence for a schema error, without echoing a (possibly huge) value. `skip` leaves
+    the first parts of its path out (the caller names them); `whole` names the document."""
+    at = where(list(error.absolute_path)[skip:]) or whole or "the document"
     kind = error.validator
     if kind == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
@@ -85,8 +86,16 @@ def describe(error: jsonschema.ValidationError) -> str:
     return f"{at}: {message}"
 
 
-def first_error(name: str, document: Any) -> str | None:
-    """What is wrong with `document` under schema `name` (the first problem, in document
-    order), or None when it is valid."""
+def first_problem(name: str, document: Any) -> jsonschema.ValidationError | None:
+    """The first thing wrong with `document` under schema `name`, in document order (within
+    a `oneOf`, the closest alternative's), or None when it is valid."""
     errors = sorted(validator(name).iter_errors(document), key=lambda e: list(map(str, e.path)))
-    return describe(errors[0]) if errors else None
+    if not errors:
+        return None
+    return jsonschema.exceptions.best_match([errors[0]])
+
+
+def first_error(name: str, document: Any) -> str | None:
+    """What is wrong with `document` under schema `name`, in a sentence, or None."""
+    problem = first_problem(name, document)
+    return describe(problem) if problem is not None else None
