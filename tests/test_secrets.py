@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -57,9 +58,9 @@ def test_canary_secrets_in_the_workers_environment_reach_no_command_log_artifact
     )
     worker = procs.consumer(name="worker", **canaries)
     # Positive control: the worker process really holds the canaries.
-    held = (f"/proc/{worker.pid}/environ", canaries)
-    wait_for(lambda: open(held[0], "rb").read(), timeout=10, what="the worker to start")
-    environ = open(held[0], "rb").read().decode()
+    held = Path(f"/proc/{worker.pid}/environ")
+    wait_for(held.read_bytes, timeout=10, what="the worker to start")
+    environ = held.read_bytes().decode()
     assert all(v in environ for v in canaries.values())
     procs.enqueue(run.pk)
     wait_for(
