@@ -28,7 +28,7 @@ from typing import Any
 
 from agents.blobstore import BlobStore
 from agents.models import Event, Run
-from agents.policy import is_folder, is_protected, protected_prefix
+from agents.protected_paths import is_folder, is_protected, protected_prefix
 from agents.providers.base import ProviderError, TurnRequest
 
 VERDICT_TOOL = {

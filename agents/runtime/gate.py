@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agents import approvals, policy, sandbox
+from agents import approvals, policy, protected_paths, sandbox
 from agents.models import Approval, ApprovalStatus, Checkpoint, CheckpointKind, Run, RunStatus
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 
@@ -79,7 +79,7 @@ class Gate:
 
     def decide(self, name: str, tool_input: dict[str, Any]) -> policy.Decision:
         run = self.s.run
-        return policy.decide_call(
+        return protected_paths.decide_call(
             self.s.rules,
             name,
             tool_input,

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import json
 import stat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents.blobstore import BlobStore
 from agents.snapshots.errors import CorruptBlob, MissingBlob
 from agents.snapshots.names import decode_name, display, encode_name, join_path, to_bytes, to_str
 from agents.snapshots.results import Entry
-
-if TYPE_CHECKING:
-    from agents.snapshots.cache import FolderRecord
 
 TREE_MAGIC = b"shiftlog-tree 1\n"
 
@@ -99,9 +96,9 @@ class TreeReader:
         self.blobs = blobs
         self._cache: dict[str, dict[str, Any]] = {}
 
-    def get(self, digest: str, extra: dict[str, FolderRecord] | None = None) -> dict[str, Any]:
-        """The entries of tree `digest`: from `extra` (trees of a live workspace, by digest,
-        which need not be stored) if there, else from the store."""
+    def get(self, digest: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The entries of tree `digest`: from `extra` (trees of a live workspace, by digest:
+        cache.FolderRecord objects, which need not be stored) if there, else from the store."""
         if extra is not None:
             rec = extra.get(digest)
             if rec is not None:
