@@ -99,11 +99,18 @@ def interpreter_folders(path: str | Path) -> list[str]:
     if target.is_dir():
         if not (target / "bin").is_dir():
             raise EnvironmentProblem(f"{target} has no bin/ folder: not an interpreter or a venv")
-        return [str(target.resolve())]
-    if not (target.is_file() and shutil.which(str(target))):
+        folder = target.resolve()
+    elif target.is_file() and shutil.which(str(target)):
+        folder = target.resolve().parent.parent  # .../bin/python3 -> ...: its prefix
+    else:
         raise EnvironmentProblem(f"{target} is not an executable interpreter")
-    # .../bin/python3 -> ... : the interpreter's prefix.
-    return [str(target.resolve().parent.parent)]
+    # The folder is shown to the agent's commands: never one that holds the supervisor.
+    data = Path(settings.DATA_DIR).resolve()
+    if folder == Path("/") or folder == data or folder in data.parents or data in folder.parents:
+        raise EnvironmentProblem(
+            f"{folder} holds (or is inside) Shiftlog's data folder: the run's commands would see it"
+        )
+    return [str(folder)]
 
 
 def build_venv(requirements: str | Path, where: Path) -> list[str]:

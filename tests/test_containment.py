@@ -306,3 +306,52 @@ def test_allow_host_is_checked(db):
         "network: connections to pypi.org:443 allowed",
         "network: connections to files.example on any port allowed",
     ]
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_run_whose_commands_attack_the_machine_ends_them_and_goes_on(tmp_path):
+    """A fork bomb, a 20 GB allocation, a 1 GB output flood and a background process left
+    behind, as a run's own commands: each ends, the run goes on to succeed, nothing is left."""
+    import time
+
+    from tests.sandboxing import live_processes_with, marker
+
+    mark = marker()
+    grab = "x = bytearray(20 * 1024**3)\nprint(len(x))\n"
+    turns = [
+        {"tool_calls": [call("bash", command="bash -c 'f(){ f | f; }; f'", timeout=5)]},
+        {"tool_calls": [call("write_file", path="grab.py", content=grab)]},
+        {"tool_calls": [call("bash", command="python3 grab.py")]},
+        {"tool_calls": [call("bash", command="head -c 1G /dev/zero")]},
+        {"tool_calls": [call("bash", command=f"nohup sleep {mark} > /dev/null 2>&1 &")]},
+        {"tool_calls": [call("bash", command="echo still here > alive.txt")]},
+        finish_turn(),
+    ]
+    started = time.monotonic()
+    run = drive_until_idle(
+        make_run(
+            turns=turns,
+            checks=["test -f alive.txt"],
+            tool_policy=[{"tool": "bash", "action": "allow"}],
+            limits={"processes": 64},
+        )
+    )
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    bomb, _, alloc, flood, background, alive = results(run)[:6]
+    assert bomb["data"]["timed_out"] or "process limit" in bomb["output"], bomb
+    assert alloc["is_error"], alloc  # MemoryError: it could not have its 20 GB
+    assert flood["data"]["truncated"] and len(flood["output"]) < 100_000
+    assert not background["is_error"] and alive["data"]["exit_code"] == 0
+    assert live_processes_with(f"sleep {mark}") == []  # the background process is gone
+    assert time.monotonic() - started < 90  # the machine stayed responsive enough to go on
+
+
+def test_an_environment_that_would_show_the_data_folder_is_refused(settings):
+    from pathlib import Path
+
+    data = Path(settings.DATA_DIR)
+    (data / "bin").mkdir(exist_ok=True)
+    for folder in (data, Path("/")):
+        with pytest.raises(services.RunError, match="data folder"):
+            make_run(turns=[finish_turn()], environment=str(folder))
