@@ -1,4 +1,5 @@
-"""Refusing what is not text before any view reads it.
+"""Refusing what is not text before any view reads it (and paths with a NUL byte, which no
+page has and no PostgreSQL text column takes).
 
 Django decodes form bodies and query strings with errors="replace": invalid UTF-8 becomes U+FFFD
 and goes on as if a person had typed it (a note, a goal). A request that is not UTF-8 is refused
@@ -31,6 +32,10 @@ class Utf8OnlyMiddleware:
         # The server hands over the query string as latin-1 text: its bytes, exactly.
         query = request.META.get("QUERY_STRING", "").encode("latin-1", "replace")
         form = request.content_type == FORM and request.method in ("POST", "PUT", "PATCH")
+        if "\x00" in request.path_info:
+            return HttpResponseBadRequest(
+                "The address contains a NUL byte.", content_type="text/plain; charset=utf-8"
+            )
         if not is_utf8(query) or (form and not is_utf8(request.body)):
             return HttpResponseBadRequest(
                 "The request is not UTF-8 text: send forms and parameters as UTF-8.",

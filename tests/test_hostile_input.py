@@ -195,12 +195,13 @@ def test_raw_bodies_that_are_not_utf8_are_not_a_crash(world):
     assert state() == before
 
 
+# {run} and {approval} stand for the world's own ids (on PostgreSQL ids do not restart at 1).
 CLI_CASES = [
     (["show_run", "9" * 40], "id"),
-    (["tail_run", "1", "--after", "-5"], "seq"),
+    (["tail_run", "{run}", "--after", "-5"], "seq"),
     (["approve", str(2**64), "--user", "sam"], "id"),
-    (["deny", "1", "--user", "sam", "--reason", "no\x00way"], "NUL"),
-    (["note_run", "1", "a\x00b"], "NUL"),
+    (["deny", "{approval}", "--user", "sam", "--reason", "no\x00way"], "NUL"),
+    (["note_run", "{run}", "a\x00b"], "NUL"),
     (["create_run", "--goal", "g", "--check", "true", "--max-tokens", str(2**70)], "max-tokens"),
     (["create_run", "--goal", "g", "--check", "true", "--max-cost", "NaN"], "max-cost"),
     (["create_run", "--goal", "g", "--check", "true", "--max-cost", "1e400"], "max-cost"),
@@ -208,15 +209,18 @@ CLI_CASES = [
     (["create_run", "--goal", "g", "--check", "true", "--policy", "[" * 5000], "nested"),
     (["create_run", "--goal", "g", "--check", "true", "--webhook", "file:///etc"], "http"),
     (["create_run", "--goal", "g", "--check", "true", "--approval-timeout", "0"], "at least"),
-    (["set_policy", "1", "--rules", '[{"tool": "bash", "action": NaN}]'], "NaN"),
-    (["rewind_run", "1", "--to", "9" * 30], "id"),
-    (["checkpoint_run", "1", "--label", "x\x00"], "NUL"),
-    (["resume_run", "1", "--max-tokens", "-3"], "at least"),
+    (["set_policy", "{run}", "--rules", '[{"tool": "bash", "action": NaN}]'], "NaN"),
+    (["rewind_run", "{run}", "--to", "9" * 30], "id"),
+    (["checkpoint_run", "{run}", "--label", "x\x00"], "NUL"),
+    (["resume_run", "{run}", "--max-tokens", "-3"], "at least"),
 ]
 
 
 @pytest.mark.parametrize(("args", "said"), CLI_CASES)
 def test_hostile_cli_arguments_get_a_clear_error_and_exit_2(world, args, said):
+    _, run, approval, _ = world
+    ids = {"{run}": str(run.pk), "{approval}": str(approval.pk)}
+    args = [ids.get(a, a) for a in args]
     before = state()
     with pytest.raises((CommandError, SystemExit)) as info:
         call_command(*args, stdout=StringIO(), stderr=StringIO())
