@@ -42,6 +42,23 @@ class NewRunForm(forms.Form):
     max_turns_per_session = forms.IntegerField(
         required=False, min_value=1, max_value=inputs.MAX_INT
     )
+    allowed_hosts = forms.CharField(
+        required=False,
+        max_length=inputs.MAX_TEXT,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Allowed hosts",
+        help_text="HOST or HOST:PORT, one a line: the run's commands may reach them through its "
+        "proxy without asking. Any other host is asked of a person.",
+    )
+    max_memory_mb = forms.IntegerField(
+        required=False, min_value=16, max_value=1_048_576, label="Memory per command (MB)"
+    )
+    max_processes = forms.IntegerField(
+        required=False, min_value=8, max_value=100_000, label="Processes per command"
+    )
+    max_workspace_mb = forms.IntegerField(
+        required=False, min_value=1, max_value=10_485_760, label="Workspace size (MB)"
+    )
     tool_policy = forms.CharField(
         required=False,
         max_length=inputs.MAX_JSON_BYTES,
@@ -58,6 +75,9 @@ class NewRunForm(forms.Form):
                 "max_turns_per_session": 4,
             }
         )
+
+    def clean_allowed_hosts(self) -> list[str]:
+        return [h.strip() for h in self.cleaned_data["allowed_hosts"].splitlines() if h.strip()]
 
     def clean_checks(self) -> list[str]:
         return [c.strip() for c in self.cleaned_data["checks"].splitlines() if c.strip()]

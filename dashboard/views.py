@@ -97,6 +97,12 @@ def new_run(request: HttpRequest) -> HttpResponse:
                 ),
                 max_turns_per_session=data["max_turns_per_session"],
                 tool_policy=data["tool_policy"],
+                allowed_hosts=data["allowed_hosts"],
+                limits={
+                    "memory_mb": data["max_memory_mb"],
+                    "processes": data["max_processes"],
+                    "workspace_mb": data["max_workspace_mb"],
+                },
                 created_by=request.user,
             )
         except services.RunError as e:

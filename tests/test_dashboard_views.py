@@ -653,3 +653,29 @@ def test_a_run_with_many_sessions_and_checkpoints_shows_the_newest_and_all_on_re
     everything = c.get(f"/runs/{run.pk}/?all=1").content.decode()
     assert everything.count("<b>Session ") == PANEL_ITEMS + 5
     assert "not shown" not in everything.split('id="checkpoints"')[1].split("</section>")[0]
+
+
+def test_the_new_run_form_sets_allowed_hosts_and_sandbox_limits(owner):
+    from agents.models import Run
+
+    c = client_for(owner)
+    response = c.post(
+        "/runs/new/",
+        {
+            "goal": "fetch the index",
+            "checks": "true",
+            "provider": "scripted",
+            "allowed_hosts": "pypi.org:443\nfiles.example",
+            "max_memory_mb": "256",
+            "max_processes": "64",
+        },
+    )
+    assert response.status_code == 302
+    run = Run.objects.get(goal="fetch the index")
+    assert [r["pattern"] for r in run.tool_policy] == [r"^pypi\.org:443$", r"^files\.example:\d+$"]
+    assert (run.limits["memory_mb"], run.limits["processes"]) == (256, 64)
+    bad = c.post(
+        "/runs/new/",
+        {"goal": "g", "checks": "true", "provider": "scripted", "allowed_hosts": "not a host"},
+    )
+    assert bad.status_code == 400 and b"not a host name" in bad.content
