@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import json
+
+from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
-from agents import services
+from agents import inputs, policy, services
 from agents.eventlog import describe
 from agents.models import Approval, Artifact, Checkpoint, Event, Run, RunScript, Session
 
@@ -19,7 +22,10 @@ class SessionInline(admin.TabularInline):
         return False
 
 
-def _act(action, verb):
+def _act(action, verb: str, done: str):
+    """An admin action doing what the CLI and the dashboard do, through the same service (so
+    it is an event naming who), one message a run."""
+
     def run_action(modeladmin, request, queryset):
         actor = services.actor_for(request.user)
         for run in queryset:
@@ -28,12 +34,35 @@ def _act(action, verb):
             except services.RunError as e:
                 modeladmin.message_user(request, str(e), messages.WARNING)
             else:
-                modeladmin.message_user(request, f"run {run.pk} {verb}")
+                modeladmin.message_user(request, f"Run {run.pk} {done}.")
 
     run_action.__name__ = f"{verb}_runs"
-    run_action.short_description = f"{verb.capitalize()} selected runs"
+    run_action.short_description = f"{verb.capitalize()} the selected runs"
     run_action.allowed_permissions = ("control",)
     return run_action
+
+
+class RunForm(forms.ModelForm):
+    """The one thing the admin edits on a run: its tool policy, as JSON, through the service
+    (validated, an event, in the audit log). Everything else is fixed at creation (the
+    done-conditions) or the harness's own (status, counters, leases, resume state)."""
+
+    tool_policy = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 90}),
+        required=False,
+        help_text="JSON rules; saving records a run.updated event naming you.",
+    )
+
+    class Meta:
+        model = Run
+        fields = ("tool_policy",)
+
+    def clean_tool_policy(self):
+        raw = self.cleaned_data["tool_policy"].strip() or "[]"
+        try:
+            return policy.validate(inputs.load_json(raw, what="the tool policy"))
+        except (inputs.InputError, policy.PolicyError) as e:
+            raise forms.ValidationError(str(e)) from None
 
 
 @admin.register(Run)
@@ -50,7 +79,27 @@ class RunAdmin(admin.ModelAdmin):
     )
     list_filter = ("status", "provider")
     search_fields = ("goal",)
+    form = RunForm
     readonly_fields = (
+        "goal",
+        "checks",
+        "rubric",
+        "acceptance",
+        "protected",
+        "protected_action",
+        "provider",
+        "model",
+        "judge_model",
+        "max_sessions",
+        "max_tokens",
+        "max_cost_usd",
+        "max_wall_seconds",
+        "max_turns_per_session",
+        "max_input_tokens_per_session",
+        "limits",
+        "toolchain",
+        "webhook_urls",
+        "approval_timeout_seconds",
         "status",
         "status_reason",
         "created_by",
@@ -72,13 +121,51 @@ class RunAdmin(admin.ModelAdmin):
         "head_checkpoint",
         "forked_from",
         "budget_warnings",
+        "resume_state",
+        "branch_seq",
+        "lease_renewals",
+        "lease_expiries",
+        "check_settings",
+        "cost_estimated",
+        "script_name",
     )
+    fields = ("tool_policy", *readonly_fields)
     inlines = [SessionInline]
     actions = [
-        _act(services.pause_run, "paused"),
-        _act(services.resume_run, "resumed"),
-        _act(services.cancel_run, "cancelled"),
+        _act(services.pause_run, "pause", "paused"),
+        _act(services.resume_run, "resume", "resumed"),
+        _act(services.cancel_run, "cancel", "cancelled"),
     ]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        if obj is not None:
+            form.base_fields["tool_policy"].initial = json.dumps(obj.tool_policy, indent=2)
+        return form
+
+    def save_model(self, request, obj, form, change):
+        # Not the row: the service, so the change is validated and is an event naming who.
+        current = Run.objects.filter(pk=obj.pk).values_list("tool_policy", flat=True).get()
+        if form.cleaned_data["tool_policy"] != current:
+            services.set_policy(
+                obj.pk,
+                form.cleaned_data["tool_policy"],
+                actor=services.actor_for(request.user),
+                because="changed in the admin",
+            )
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.has_perm("agents.control_run")
+
+    def has_delete_permission(self, request, obj=None):
+        # A run's events, checkpoints and artifacts are its history and the store's references;
+        # cancel a run instead.
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
 
     @admin.display(description="goal")
     def short_goal(self, run):

@@ -70,13 +70,11 @@ def test_model_output_is_escaped_in_the_admin(admin_client):
 
 def test_admin_actions_pause_and_cancel_runs_naming_the_user(admin_client):
     run = make_run(turns=[{"text": "x"}])
-    admin_client.post("/admin/agents/run/", {"action": "paused_runs", "_selected_action": [run.pk]})
+    admin_client.post("/admin/agents/run/", {"action": "pause_runs", "_selected_action": [run.pk]})
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED
     assert Event.objects.filter(run=run, kind="run.status").latest("seq").actor == "user:root"
-    admin_client.post(
-        "/admin/agents/run/", {"action": "cancelled_runs", "_selected_action": [run.pk]}
-    )
+    admin_client.post("/admin/agents/run/", {"action": "cancel_runs", "_selected_action": [run.pk]})
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
 
@@ -88,8 +86,8 @@ def test_staff_without_the_control_permission_get_no_run_actions(client):
     run = make_run(turns=[{"text": "x"}])
     page = client.get("/admin/agents/run/")
     assert page.status_code == 200
-    assert b"paused_runs" not in page.content
-    client.post("/admin/agents/run/", {"action": "paused_runs", "_selected_action": [run.pk]})
+    assert b"pause_runs" not in page.content
+    client.post("/admin/agents/run/", {"action": "pause_runs", "_selected_action": [run.pk]})
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
 
@@ -106,3 +104,56 @@ def test_a_runs_history_cannot_be_deleted_in_the_admin(admin_client):
         assert response.status_code == 403, model
     assert Checkpoint.objects.filter(pk=checkpoint.pk).exists()
     assert Session.objects.filter(pk=session.pk).exists()
+
+
+# What a browser posts with the change form: the (read-only) sessions inline's management form.
+INLINE = {"sessions-TOTAL_FORMS": "0", "sessions-INITIAL_FORMS": "0"}
+
+
+def test_the_admin_cannot_change_a_runs_done_conditions_or_the_harnesss_fields(admin_client):
+    run = make_run(turns=[{"text": "x"}], checks=["pytest -q"])
+    page = admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
+    for field in ("checks", "goal", "resume_state", "branch_seq", "lease_renewals"):
+        assert f'name="{field}"' not in page, field  # shown, not editable
+    before = Event.objects.filter(run=run).count()
+    admin_client.post(
+        f"/admin/agents/run/{run.pk}/change/",
+        {"checks": "true", "goal": "cheat", "branch_seq": "99", "tool_policy": "[]", **INLINE},
+    )
+    run.refresh_from_db()
+    assert run.checks == ["pytest -q"] and run.goal != "cheat" and run.branch_seq == 0
+    assert Event.objects.filter(run=run).count() == before  # nothing changed: nothing logged
+
+
+def test_a_policy_changed_in_the_admin_goes_through_the_service_and_is_an_event(admin_client):
+    run = make_run(turns=[{"text": "x"}])
+    rules = '[{"tool": "bash", "pattern": "^make", "action": "allow"}]'
+    response = admin_client.post(
+        f"/admin/agents/run/{run.pk}/change/", {"tool_policy": rules, **INLINE}
+    )
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.tool_policy == [{"tool": "bash", "pattern": "^make", "action": "allow"}]
+    change = Event.objects.get(run=run, kind="run.updated")
+    assert change.actor == "user:root" and change.payload["because"] == "changed in the admin"
+    bad = admin_client.post(
+        f"/admin/agents/run/{run.pk}/change/", {"tool_policy": '[{"tool": "bash"}]', **INLINE}
+    )
+    assert bad.status_code == 200 and b"action must be one of" in bad.content
+
+
+def test_runs_are_not_deleted_in_the_admin_and_actions_read_plainly(admin_client):
+    run = make_run(turns=[{"text": "x"}])
+    listing = admin_client.get("/admin/agents/run/").content.decode()
+    assert "Pause the selected runs" in listing and "delete_selected" not in listing
+    assert (
+        admin_client.post(f"/admin/agents/run/{run.pk}/delete/", {"post": "yes"}).status_code == 403
+    )
+    done = admin_client.post(
+        "/admin/agents/run/",
+        {"action": "pause_runs", "_selected_action": [run.pk]},
+        follow=True,
+    ).content.decode()
+    assert f"Run {run.pk} paused." in done
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED
