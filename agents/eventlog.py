@@ -45,15 +45,23 @@ class Appended:
     status: str  # the run's status as of this append: workers read it to see pause/cancel
 
 
-def _redact(value: Any, secrets: list[str]) -> Any:
+# A NUL byte (a command printing /dev/zero, say) is shown as this: PostgreSQL's JSON holds none.
+NUL_SHOWN_AS = "\u2400"
+
+
+def _clean(value: Any, secrets: list[str]) -> Any:
+    """The payload as stored: secrets redacted, NUL bytes made visible (and storable)."""
     if isinstance(value, str):
         for secret in secrets:
             value = value.replace(secret, "[redacted]")
-        return value
+        return value.replace("\x00", NUL_SHOWN_AS) if "\x00" in value else value
     if isinstance(value, dict):
-        return {k: _redact(v, secrets) for k, v in value.items()}
+        return {
+            (k.replace("\x00", NUL_SHOWN_AS) if isinstance(k, str) else k): _clean(v, secrets)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_redact(v, secrets) for v in value]
+        return [_clean(v, secrets) for v in value]
     return value
 
 
@@ -129,7 +137,7 @@ def append_many(
                 session_id=item.session_id,
                 kind=item.kind,
                 actor=item.actor,
-                payload=_redact(item.payload, secrets) if secrets else item.payload,
+                payload=_clean(item.payload, secrets),
                 created_at=now,
             )
             for i, item in enumerate(new)

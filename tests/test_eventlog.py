@@ -129,3 +129,13 @@ def test_every_kind_reads_as_one_plain_line(kind, payload, expected):
     from agents.eventlog import describe
 
     assert describe(kind, payload) == expected
+
+
+def test_a_nul_byte_in_a_payload_is_stored_visibly_on_every_database(db):
+    from agents import eventlog
+    from tests.conftest import make_run
+
+    run = make_run(turns=[{"text": "x"}])
+    event = eventlog.append(run.pk, "tool.result", {"output": "a\x00b", "k\x00": ["\x00"]})
+    event.refresh_from_db()
+    assert event.payload == {"output": "a\u2400b", "k\u2400": ["\u2400"]}
