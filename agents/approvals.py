@@ -120,15 +120,10 @@ def input_diff(tool: str, before: dict[str, Any], after: dict[str, Any]) -> str:
     else:
         a = json.dumps(before, indent=2, sort_keys=True)
         b = json.dumps(after, indent=2, sort_keys=True)
-    return "".join(
-        difflib.unified_diff(
-            a.splitlines(keepends=True) or [""],
-            b.splitlines(keepends=True) or [""],
-            "requested",
-            "approved",
-            lineterm="\n",
-        )
+    lines = difflib.unified_diff(
+        a.splitlines() or [""], b.splitlines() or [""], "requested", "approved", lineterm=""
     )
+    return "\n".join(lines) + "\n"
 
 
 def parse_edit(approval: Approval, raw: str) -> dict[str, Any]:

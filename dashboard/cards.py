@@ -9,6 +9,7 @@ import json
 
 from django.template.loader import render_to_string
 
+from agents import approvals
 from agents.models import Approval
 from dashboard.markup import diff_lines
 
@@ -58,8 +59,11 @@ def _unified(a: str, b: str, before: str, after: str) -> str:
 
 
 def call_diff(approval: Approval) -> str:
-    """What the call would do, as a diff: the command for bash, the edit for the file tools."""
-    args = approval.edited_input or approval.tool_input or {}
+    """What the call would do, as a diff: the command for bash, the edit for the file tools;
+    for a call a person edited, what was asked against what ran."""
+    if approval.edited_input is not None:
+        return approvals.input_diff(approval.tool_name, approval.tool_input, approval.edited_input)
+    args = approval.tool_input or {}
     if approval.tool_name == "bash":
         return f"+ $ {args.get('command', '')}"
     if approval.tool_name == "network":

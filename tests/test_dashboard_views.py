@@ -679,3 +679,31 @@ def test_the_new_run_form_sets_allowed_hosts_and_sandbox_limits(owner):
         {"goal": "g", "checks": "true", "provider": "scripted", "allowed_hosts": "not a host"},
     )
     assert bad.status_code == 400 and b"not a host name" in bad.content
+
+
+def test_an_edited_approval_shows_what_was_asked_against_what_ran_in_web_and_cli(
+    supervisor, waiting_run
+):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils.html import escape
+
+    approval = Approval.objects.get()
+    asked = approval.tool_input["command"]
+    card = client_for(supervisor).post(
+        f"/approvals/{approval.pk}/decide",
+        {"decision": "edit", "edited": '{"command": "rm -rf build"}'},
+        HTTP_HX_REQUEST="true",
+    ).content.decode()
+    assert '<span class="del">-' in card and '<span class="add">+rm -rf build' in card
+    assert escape(asked) in card  # the original is still there, struck out
+    out = StringIO()
+    call_command("approvals", "--all", stdout=out)
+    assert "bash rm -rf build  (edited; asked: " in out.getvalue()
+    rows = StringIO()
+    call_command("approvals", "--all", "--json", stdout=rows)
+    import json
+
+    row = json.loads(rows.getvalue())[0]
+    assert row["ran"] == {"command": "rm -rf build"} and row["edited"] is True

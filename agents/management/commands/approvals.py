@@ -28,6 +28,9 @@ class Command(BaseCommand):
                 "run": a.run_id,
                 "tool": a.tool_name,
                 "input": a.tool_input,
+                # What ran (or will run): the person's edit when there was one.
+                "ran": a.edited_input if a.edited_input is not None else a.tool_input,
+                "edited": a.edited_input is not None,
                 "status": a.status,
                 "requested_at": a.created_at.isoformat(),
                 "expires_at": a.expires_at.isoformat() if a.expires_at else None,
@@ -42,7 +45,10 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no approvals waiting")
         for r in rows:
-            what = r["input"].get("command") if r["tool"] == "bash" else json.dumps(r["input"])
-            self.stdout.write(
-                f"approval {r['id']} (run {r['run']}, {r['status']}): {r['tool']} {what}"
-            )
+            ran = r["ran"]
+            what = ran.get("command") if r["tool"] == "bash" else json.dumps(ran)
+            line = f"approval {r['id']} (run {r['run']}, {r['status']}): {r['tool']} {what}"
+            if r["edited"]:
+                asked = r["input"].get("command") if r["tool"] == "bash" else json.dumps(r["input"])
+                line += f"  (edited; asked: {asked})"
+            self.stdout.write(line)
