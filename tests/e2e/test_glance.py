@@ -26,6 +26,16 @@ def status_cell(page, run_id: int) -> str:
     return page.inner_text(f"#run-{run_id} .status").strip().lower()
 
 
+def explain(page, run_id: int, tmp_path) -> None:
+    """On a failure: what the database, the page and the server said (pytest shows it)."""
+    run = Run.objects.get(pk=run_id)
+    print("database:", run.status, run.status_reason)
+    print("events:", list(run.events.order_by("seq").values_list("seq", "kind")))
+    print("page row:", page.evaluate(f"document.querySelector('#run-{run_id}')?.outerHTML"))
+    print("live state:", page.evaluate("document.querySelector('#live-state')?.outerHTML"))
+    print("server log:", (tmp_path / "serve.log").read_text()[-6000:])
+
+
 def test_the_runs_list_shows_new_runs_and_status_changes_live(pages, eve, tmp_path):
     # A slow demo, so its status changes can be watched one by one.
     with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0.3") as base:
@@ -37,12 +47,16 @@ def test_the_runs_list_shows_new_runs_and_status_changes_live(pages, eve, tmp_pa
         run = services.create_demo_run(created_by=eve)  # as the CLI would, another process
         wait_js(page, f"document.querySelector('#run-{run.pk}') !== null")
         # Its status follows it: queued, running, then waiting for a person.
-        wait_js(
-            page,
-            f"document.querySelector('#run-{run.pk} .status').textContent.trim().toLowerCase()"
-            " === 'awaiting approval'",
-            timeout=90_000,
-        )
+        try:
+            wait_js(
+                page,
+                f"document.querySelector('#run-{run.pk} .status').textContent.trim().toLowerCase()"
+                " === 'awaiting approval'",
+                timeout=90_000,
+            )
+        except AssertionError:
+            explain(page, run.pk, tmp_path)
+            raise
         services.pause_run(run.pk, actor="user:eve")
         wait_js(
             page,
