@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from agents import (
@@ -114,8 +115,10 @@ def create(
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         sessions = Session.objects.filter(run=run).count()
+        last = Checkpoint.objects.filter(run=run).aggregate(n=Max("number"))["n"] or 0
         checkpoint = Checkpoint.objects.create(
             run=run,
+            number=last + 1,
             session_id=session_id,
             # The seq of its own checkpoint.created event: everything after it is newer.
             seq=run.last_seq + 1,
@@ -142,6 +145,7 @@ def create(
             EventKind.CHECKPOINT_CREATED,
             {
                 "checkpoint_id": checkpoint.pk,
+                "number": checkpoint.number,
                 "kind": kind,
                 "label": label,
                 "tree": result.tree,
@@ -158,6 +162,21 @@ def create(
     return checkpoint
 
 
+def by_number(run_id: int, number: Any) -> Checkpoint:
+    """A run's checkpoint by its number in the run (1, 2, 3 ...): what people name it by."""
+    try:
+        number = inputs.whole_number(number, what="a checkpoint number", minimum=1)
+    except inputs.InputError as e:
+        raise CheckpointError(str(e)) from None
+    try:
+        return Checkpoint.objects.select_related("run").get(run_id=run_id, number=number)
+    except Checkpoint.DoesNotExist:
+        raise CheckpointError(
+            f"run {run_id} has no checkpoint {number} (checkpoints are numbered 1, 2, 3 ... within "
+            "their run: `show_run` lists them)"
+        ) from None
+
+
 def get(run_id: int, checkpoint_id: int) -> Checkpoint:
     try:
         checkpoint_id = inputs.object_id(checkpoint_id, what="a checkpoint id")
@@ -170,6 +189,7 @@ def get(run_id: int, checkpoint_id: int) -> Checkpoint:
 @dataclass
 class Discarded:
     checkpoint_id: int
+    number: int
     from_seq: int
     to_seq: int
     events: int = 0
@@ -205,6 +225,7 @@ def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
     changes = workspaces.diff_live(run, checkpoint.tree, text_diffs=False)
     return Discarded(
         checkpoint_id=checkpoint.pk,
+        number=checkpoint.number,
         from_seq=run.last_seq,
         to_seq=checkpoint.seq,
         events=sum(by_kind.values()),
@@ -272,7 +293,12 @@ def request_rewind(run_id: int, checkpoint_id: int, *, actor: str, note: str = "
         eventlog.append(
             run_id,
             EventKind.RUN_REWIND_REQUESTED,
-            {"checkpoint_id": checkpoint.pk, "to_seq": checkpoint.seq, "note": note},
+            {
+                "checkpoint_id": checkpoint.pk,
+                "number": checkpoint.number,
+                "to_seq": checkpoint.seq,
+                "note": note,
+            },
             actor=actor,
         )
         jobs.later(
@@ -308,7 +334,7 @@ def carry_out_rewind(
             EventKind.ERROR,
             {
                 "source": "rewind",
-                "message": f"the rewind to checkpoint {checkpoint.pk} was not done: {why}",
+                "message": f"the rewind to checkpoint {checkpoint.number} was not done: {why}",
             },
             actor=actor,
         )
@@ -343,7 +369,7 @@ def _pause_to_rewind(run: Run, checkpoint: Checkpoint, actor: str) -> None:
             run.pk,
             RunStatus.PAUSED,
             actor=actor,
-            reason=f"paused by {actor} to rewind to checkpoint {checkpoint.pk}",
+            reason=f"paused by {actor} to rewind to checkpoint {checkpoint.number}",
             notify=False,
         )
 
@@ -368,7 +394,7 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
                 actor=actor,
             )
         approvals.discard_pending(
-            run_id, reason=f"discarded by the rewind to checkpoint {checkpoint.pk}", actor=actor
+            run_id, reason=f"discarded by the rewind to checkpoint {checkpoint.number}", actor=actor
         )
         discarded.from_seq = Run.objects.get(pk=run_id).last_seq
         event = eventlog.append(
@@ -383,7 +409,7 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
             run_id,
             RunStatus.QUEUED,
             actor=actor,
-            reason=f"rewound to checkpoint {checkpoint.pk} by {actor}",
+            reason=f"rewound to checkpoint {checkpoint.number} by {actor}",
         )
         enqueue(run_id)
     return discarded
@@ -456,7 +482,7 @@ def fork(
     eventlog.append(
         run_id,
         EventKind.RUN_FORKED,
-        {"checkpoint_id": checkpoint.pk, "fork_run_id": new.pk},
+        {"checkpoint_id": checkpoint.pk, "number": checkpoint.number, "fork_run_id": new.pk},
         actor=actor,
     )
     return new

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,14 @@ def run_checks(
     return results
 
 
+def fenced(text: str) -> str:
+    """Raw output as a Markdown code block: shown as it was (no reflowed tracebacks, no `---`
+    turned into a rule), with a fence longer than any run of backticks inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text.rstrip()}\n{fence}"
+
+
 def summary(results: list[dict[str, Any]]) -> str:
     if not results:
         return "This run has no done-conditions, so the harness cannot confirm it is done."
@@ -61,7 +70,7 @@ def summary(results: list[dict[str, Any]]) -> str:
             lines.append(f"- PASSED `{r['command']}`")
             continue
         state = "timed out" if r["timed_out"] else f"exit code {r['exit_code']}"
-        lines.append(f"- FAILED `{r['command']}` ({state}):\n{r['output'][-4000:]}")
+        lines.append(f"- FAILED `{r['command']}` ({state}):\n\n{fenced(r['output'][-4000:])}\n")
     if passed < len(results):
         lines.append("The run is not done. Fix what fails, then call finish again.")
     return "\n".join(lines)

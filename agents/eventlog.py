@@ -221,6 +221,23 @@ def _short(text: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+SESSION_ENDINGS = {
+    "handoff": "ended with a handoff",
+    "finished": "ended: the agent finished and the checks passed",
+    "verification_failed": "ended: the checks failed",
+    "budget": "ended: a budget ran out",
+    "cancelled": "ended: the run was cancelled",
+    "failed": "ended: the run failed",
+    "crashed_recovered": "ended when its worker crashed (the run recovered)",
+    "rewound": "was ended by a rewind",
+}
+
+
+def _number(p: dict[str, Any]) -> Any:
+    """A checkpoint's number in its run (events from before numbers had only the id)."""
+    return p.get("number", p.get("checkpoint_id"))
+
+
 def describe(kind: str, payload: dict[str, Any]) -> str:
     """A one-line summary of an event, for the CLI and the admin."""
     p = payload
@@ -232,7 +249,8 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
     if kind == "session.started":
         return f"session {p.get('index')} started"
     if kind == "session.ended":
-        return f"session {p.get('index')} ended: {p.get('reason')}"
+        how = SESSION_ENDINGS.get(p.get("reason"), f"ended ({p.get('reason')})")
+        return f"session {p.get('index')} {how}"
     if kind == "model.turn":
         usage = p.get("usage", {})
         tools = [b.get("name") for b in p.get("content", []) if b.get("type") == "tool_use"]
@@ -305,21 +323,21 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
     if kind == "checkpoint.created":
         label = f": {_short(p['label'], 60)}" if p.get("label") else ""
         return (
-            f"checkpoint {p.get('checkpoint_id')} ({p.get('kind')}){label}, {p.get('files')} "
-            f"files, +{p.get('bytes_added', 0)} bytes"
+            f"checkpoint {_number(p)} ({p.get('kind')}){label}, {p.get('files')} "
+            f"files, the store grew by {p.get('bytes_added', 0)} bytes"
         )
     if kind == "run.rewound":
         note = f"; note: {_short(p['note'], 60)}" if p.get("note") else ""
         return (
-            f"rewound to checkpoint {p.get('checkpoint_id')} (#{p.get('to_seq')}): events "
+            f"rewound to checkpoint {_number(p)} (#{p.get('to_seq')}): events "
             f"#{(p.get('to_seq') or 0) + 1}-#{p.get('from_seq')} abandoned ({p.get('events')} "
             f"events, {p.get('tokens')} tokens, ${p.get('cost_usd')}){note}"
         )
     if kind == "run.rewind_requested":
         note = f"; note: {_short(p['note'], 60)}" if p.get("note") else ""
-        return f"rewind to checkpoint {p.get('checkpoint_id')} (#{p.get('to_seq')}) requested{note}"
+        return f"rewind to checkpoint {_number(p)} (#{p.get('to_seq')}) requested{note}"
     if kind == "run.forked":
-        return f"forked from checkpoint {p.get('checkpoint_id')} into run {p.get('fork_run_id')}"
+        return f"forked from checkpoint {_number(p)} into run {p.get('fork_run_id')}"
     if kind == "acceptance.updated":
         changed = ", ".join(str(c) for c in p.get("changed") or [])
         return f"acceptance {p.get('passing')}/{p.get('total')} passing" + (

@@ -445,6 +445,9 @@ class CheckpointKind(models.TextChoices):
 
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    # The checkpoint's number within its run (1, 2, 3 ...): what pages, URLs and commands name
+    # it by. Its id is internal; `seq` is the event it was taken at.
+    number = models.PositiveIntegerField()
     session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
     seq = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=20, choices=CheckpointKind.choices)
@@ -464,9 +467,21 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["run", "seq", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="checkpoint_number_per_run")
+        ]
 
     def __str__(self) -> str:
-        return f"Checkpoint {self.pk} of run {self.run_id} at #{self.seq}"
+        return f"Checkpoint {self.number} of run {self.run_id} (at #{self.seq})"
+
+    def waiting_approval(self) -> Approval | None:
+        """For a checkpoint taken while a tool call waited for approval, that approval: a fork
+        from here does not carry the call (its agent starts afresh from the handoff)."""
+        if self.kind != CheckpointKind.PRE_APPROVAL:
+            return None
+        return (
+            Approval.objects.filter(run_id=self.run_id, seq__lt=self.seq).order_by("-seq").first()
+        )
 
 
 class ArtifactKind(models.TextChoices):

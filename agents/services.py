@@ -73,6 +73,22 @@ class Budgets:
         return out
 
 
+def _forked_from(checkpoint) -> dict[str, Any]:
+    origin = {
+        "run_id": checkpoint.run_id,
+        "checkpoint_id": checkpoint.pk,
+        "number": checkpoint.number,
+    }
+    waiting = checkpoint.waiting_approval()
+    if waiting is not None:  # said plainly: the fork does not make that call
+        origin["skipped_call"] = {
+            "approval_id": waiting.pk,
+            "tool": waiting.tool_name,
+            "input": waiting.tool_input,
+        }
+    return origin
+
+
 def create_run(
     *,
     goal: str,
@@ -287,11 +303,7 @@ def create_run(
                 "rubric": rubric,
                 "protected": sorted(run.protected),
                 "acceptance": [c["name"] for c in criteria],
-                "forked_from": (
-                    {"run_id": forked_from.run_id, "checkpoint_id": forked_from.pk}
-                    if forked_from
-                    else None
-                ),
+                "forked_from": _forked_from(forked_from) if forked_from else None,
             },
             actor=actor or actor_for(created_by),
         )

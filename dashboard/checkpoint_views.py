@@ -25,10 +25,8 @@ ACTIONS = ("rewind", "fork")
 FILES_SHOWN = 50
 
 
-def _checkpoint(run: Run, checkpoint_id: int) -> Checkpoint:
-    return get_object_or_404(
-        Checkpoint.objects.select_related("session"), pk=checkpoint_id, run=run
-    )
+def _checkpoint(run: Run, number: int) -> Checkpoint:
+    return get_object_or_404(Checkpoint.objects.select_related("session"), number=number, run=run)
 
 
 def _panel_context(request, run: Run, checkpoint: Checkpoint, action: str, **extra) -> dict:
@@ -42,6 +40,7 @@ def _panel_context(request, run: Run, checkpoint: Checkpoint, action: str, **ext
         "files": plan.files[:FILES_SHOWN],
         "more_files": max(len(plan.files) - FILES_SHOWN, 0),
         "can_rewind": run.is_live,
+        "waiting_approval": checkpoint.waiting_approval() if action == "fork" else None,
         "goal": request.POST.get("goal", "") if request.method == "POST" else "",
         "note": request.POST.get("note", "") if request.method == "POST" else "",
         **extra,
@@ -55,11 +54,11 @@ def _panel(request, context: dict, status: int = 200) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def checkpoint_action(request: HttpRequest, run_id: int, checkpoint_id: int, action: str):
+def checkpoint_action(request: HttpRequest, run_id: int, number: int, action: str):
     if action not in ACTIONS:
         raise Http404("no such action")
     run = access.get_controllable_run(request.user, run_id)
-    checkpoint = _checkpoint(run, checkpoint_id)
+    checkpoint = _checkpoint(run, number)
     if request.method == "GET":
         return _panel(request, _panel_context(request, run, checkpoint, action))
     actor = services.actor_for(request.user)
@@ -86,10 +85,10 @@ def checkpoint_action(request: HttpRequest, run_id: int, checkpoint_id: int, act
         url = reverse("run-detail", kwargs={"run_id": new.pk})
         if request.htmx:
             return HttpResponse(status=204, headers={"HX-Redirect": url})
-        messages.success(request, f"forked run {run.pk} from checkpoint #{checkpoint.seq}")
+        messages.success(request, f"forked run {run.pk} from checkpoint {checkpoint.number}")
         return redirect(url)
     done = (
-        f"Rewinding to checkpoint #{checkpoint.seq}: the run pauses once its worker has finished "
+        f"Rewinding to checkpoint {checkpoint.number}: the run pauses once its worker has finished "
         "the step it is on, then its workspace is restored and it continues from there. The "
         "stream shows each step."
     )
@@ -120,7 +119,7 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
     except (checkpoints.CheckpointError, OSError) as e:
         error = f"could not checkpoint: {e}"
     else:
-        notice = f"checkpoint #{checkpoint.seq} saved ({checkpoint.files} files)"
+        notice = f"checkpoint {checkpoint.number} saved ({checkpoint.files} files)"
     if not request.htmx:
         (messages.error if error else messages.success)(request, error or notice)
         return redirect("run-detail", run_id=run.pk)
@@ -131,14 +130,16 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 # --- diff ------------------------------------------------------------------------------------
-def _sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
-    """Checkpoints a and b (None for `live`, the default) of this run, in one query."""
+def sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
+    """Checkpoints a and b (by their numbers in the run; b None for `live`, the default), in
+    one query."""
     try:
         a_id = inputs.object_id(a or "", what="a")
         b_id = None if b in (None, "", "live") else inputs.object_id(b, what="b")
     except inputs.InputError:
         raise Http404("?a=CHECKPOINT&b=CHECKPOINT|live") from None
-    found = Checkpoint.objects.filter(run=run).in_bulk([a_id] + ([b_id] if b_id else []))
+    wanted = [a_id] + ([b_id] if b_id else [])
+    found = {c.number: c for c in Checkpoint.objects.filter(run=run, number__in=wanted)}
     if a_id not in found or (b_id is not None and b_id not in found):
         raise Http404("no such checkpoint in this run")
     for c in found.values():
@@ -171,7 +172,7 @@ def change_view(c) -> dict:
 def checkpoint_diff(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live (b defaults to live): what changed from a to b."""
     run = access.get_run_for_user(request.user, run_id)
-    a, b = _sides(run, request.GET.get("a"), request.GET.get("b"))
+    a, b = sides(run, request.GET.get("a"), request.GET.get("b"))
     changes = [change_view(c) for c in checkpoints.diff(a, b)]
     counts: dict[str, int] = {}
     for c in changes:

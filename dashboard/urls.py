@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import path, register_converter
+from django.views.generic import RedirectView
 
 from dashboard import checkpoint_views, health, views
 
@@ -41,7 +43,7 @@ urlpatterns = [
     path("runs/<id:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),
     *[
         path(
-            f"runs/<id:run_id>/checkpoints/<id:checkpoint_id>/{action}",
+            f"runs/<id:run_id>/checkpoints/<id:number>/{action}",
             checkpoint_views.checkpoint_action,
             {"action": action},
             name=f"checkpoint-{action}",
@@ -69,6 +71,8 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("login/<uidb64>/<token>/", views.login_link, name="login-link"),
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico where a page names no icon (the admin's, a raw file).
+    path("favicon.ico", RedirectView.as_view(url=static("shiftlog/favicon.svg"))),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),

@@ -124,7 +124,9 @@ def test_a_dry_run_shows_what_would_be_discarded_and_changes_nothing(db):
     )
     start = run.checkpoints.get(kind="run_start")
     seq = run.last_seq
-    out = json.loads(cli("rewind_run", str(run.pk), "--to", str(start.pk), "--dry-run", "--json"))
+    out = json.loads(
+        cli("rewind_run", str(run.pk), "--to", str(start.number), "--dry-run", "--json")
+    )
     assert out["dry_run"] is True
     assert {f["path"] for f in out["files"]} == {"a.txt", "b.txt"}
     assert [c["command"] for c in out["irreversible"]] == [
@@ -133,7 +135,7 @@ def test_a_dry_run_shows_what_would_be_discarded_and_changes_nothing(db):
     assert "reaches the network" in out["irreversible"][0]["risks"]
     run.refresh_from_db()
     assert run.last_seq == seq and (run.workspace_path / "a.txt").exists()
-    text = cli("rewind_run", str(run.pk), "--to", str(start.pk), "--dry-run")
+    text = cli("rewind_run", str(run.pk), "--to", str(start.number), "--dry-run")
     assert "would discard" in text and "cannot be undone" in text
 
 
@@ -141,11 +143,11 @@ def test_rewind_refuses_bad_targets_clearly(db):
     run = drive_until_idle(make_run(turns=[finish_turn()]))
     other = drive_until_idle(make_run(turns=[{"text": "x"}, {"text": "y"}], checks=["true"]))
     with pytest.raises(CommandError, match="fork it from the checkpoint instead") as info:
-        cli("rewind_run", str(run.pk), "--to", str(run.checkpoints.first().pk))
+        cli("rewind_run", str(run.pk), "--to", str(run.checkpoints.first().number))
     assert info.value.returncode == 2
     live = make_run(turns=[finish_turn()])
     with pytest.raises(CommandError, match=f"run {live.pk} has no checkpoint"):
-        cli("rewind_run", str(live.pk), "--to", str(other.checkpoints.first().pk))
+        cli("rewind_run", str(live.pk), "--to", str(other.checkpoints.first().number))
 
 
 def test_fork_makes_an_independent_run_and_the_store_grows_only_by_new_blobs(decider):
@@ -157,7 +159,7 @@ def test_fork_makes_an_independent_run_and_the_store_grows_only_by_new_blobs(dec
             "fork_run",
             str(run.pk),
             "--from",
-            str(target.pk),
+            str(target.number),
             "--note",
             "try it again",
             "--user",
@@ -202,17 +204,34 @@ def test_diff_between_checkpoints_and_against_the_live_workspace(db):
     ]
     run = drive_until_idle(make_run(turns=turns, checks=["true"]))
     start, end = run.checkpoints.order_by("seq")[0], run.checkpoints.order_by("-seq")[0]
-    out = cli("diff_checkpoints", str(start.pk), str(end.pk))
+    # Checkpoints are named by their number in the run, 1, 2, 3 ... in the order taken.
+    assert list(run.checkpoints.order_by("seq").values_list("number", flat=True)) == list(
+        range(1, run.checkpoints.count() + 1)
+    )
+    r, a, b = str(run.pk), str(start.number), str(end.number)
+    out = cli("diff_checkpoints", r, a, b)
     assert "added        a.txt" in out and "added        c.txt" in out
     assert "+one" in out
-    rows = json.loads(cli("diff_checkpoints", str(start.pk), "live", "--json"))
+    rows = json.loads(cli("diff_checkpoints", r, a, "live", "--json"))
     assert {r["path"]: r["status"] for r in rows} == {"a.txt": "added", "c.txt": "added"}
     (run.workspace_path / "a.txt").write_text("changed live\n")
-    live = cli("diff_checkpoints", str(end.pk), "live")
+    live = cli("diff_checkpoints", r, b, "live")
     assert "changed      a.txt" in live and "-TWO" in live and "+changed live" in live
-    assert cli("diff_checkpoints", str(end.pk), str(end.pk)).strip() == "no changes"
-    with pytest.raises(CommandError, match="no checkpoint 'nope'"):
-        cli("diff_checkpoints", "nope", "live")
+    assert cli("diff_checkpoints", r, b, b).strip() == "no changes"
+    # Another run's checkpoint as RUN:N (a fork against its origin, say).
+    other = drive_until_idle(make_run(turns=[finish_turn()], checks=["true"]))
+    across = cli("diff_checkpoints", r, b, f"{other.pk}:1", "--stat")
+    assert "removed      a.txt" in across
+    for bad, message in [
+        ("nope", "must be a whole number"),
+        ("0", "at least 1"),
+        ("999", f"run {run.pk} has no checkpoint 999"),
+        ("x:1", "expected N or RUN:N"),
+        ("99999:1", "run 99999 has no checkpoint 1"),
+    ]:
+        with pytest.raises(CommandError, match=message) as info:
+            cli("diff_checkpoints", r, bad, "live")
+        assert info.value.returncode == 2
 
 
 def test_periodic_checkpoints_after_n_file_changing_calls(db, settings):
@@ -446,7 +465,7 @@ def test_rewinding_a_running_run_pauses_it_lets_its_step_finish_and_it_continues
     target = run.checkpoints.get(kind="periodic")  # after a.txt, before the slow step
     assert target.files == 1
 
-    out = cli("rewind_run", str(run.pk), "--to", str(target.pk), "--user", "olivia")
+    out = cli("rewind_run", str(run.pk), "--to", str(target.number), "--user", "olivia")
     assert f"run {run.pk} → checkpoint {target.pk}: rewound" in out
     run.refresh_from_db()
     log = details()

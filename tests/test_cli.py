@@ -104,9 +104,7 @@ def test_show_run_reports_status_sessions_usage(decider):
     assert len(data["sessions"]) >= 2
     assert data["usage"]["turns"] == run.turns
     text = cli("show_run", str(run.pk))
-    assert (
-        "succeeded" in text and "(offline)" in text and "session 1: ended, ended: handoff" in text
-    )
+    assert "succeeded" in text and "(offline)" in text and "session 1: ended with a handoff" in text
 
 
 def test_tail_run_prints_one_event_a_line_and_after_filters(decider):

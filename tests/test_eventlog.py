@@ -106,7 +106,7 @@ def test_unknown_counters_are_refused(run):
             "checkpoint.created",
             {"checkpoint_id": 3, "kind": "manual", "label": "before refactor", "files": 12,
              "bytes_added": 420},
-            "checkpoint 3 (manual): before refactor, 12 files, +420 bytes",
+            "checkpoint 3 (manual): before refactor, 12 files, the store grew by 420 bytes",
         ),
         (
             "run.rewound",

@@ -123,7 +123,7 @@ def test_the_endpoints_do_act_on_good_input(world):
     assert c.post(f"/runs/{run.pk}/policy", {"rules": "[]"}).status_code == 302
     assert c.post(f"/runs/{run.pk}/resume", {"max_tokens": "1000000"}).status_code == 302
     assert c.get(f"/runs/{run.pk}/events/?before=5").status_code == 200
-    assert c.get(f"/runs/{run.pk}/diff/?a={checkpoint.pk}&b=live").status_code == 200
+    assert c.get(f"/runs/{run.pk}/diff/?a={checkpoint.number}&b=live").status_code == 200
     made = c.post("/runs/new/", {"goal": "g", "checks": "true", "provider": "scripted"})
     assert made.status_code == 302 and Run.objects.count() == 2
     decided = c.post(

@@ -89,7 +89,7 @@ def test_canary_secrets_in_the_workers_environment_reach_no_command_log_artifact
         f"/runs/{run.pk}/events/?before={run.last_seq + 1}",
         "/approvals/",
         *[f"/runs/{run.pk}/artifacts/{a.pk}/" for a in run.artifacts.all()],
-        f"/runs/{run.pk}/diff/?a={run.checkpoints.first().pk}&b=live",
+        f"/runs/{run.pk}/diff/?a={run.checkpoints.first().number}&b=live",
     ]
     for url in pages:
         response = c.get(url)

@@ -53,6 +53,21 @@ def format_handoff(handoff: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def handoff_markdown(handoff: dict[str, Any]) -> str:
+    """The handoff as a Markdown document (its artifact): each list under its own heading, with
+    the blank lines Markdown needs to keep a list a list."""
+    parts = [handoff.get("summary", "").strip() or "(no summary)"]
+    for title, key in (
+        ("Done", "done"),
+        ("Next steps", "next_steps"),
+        ("Open questions", "open_questions"),
+    ):
+        items = [" ".join(str(item).split()) for item in handoff.get(key) or []]
+        if items:
+            parts.append(f"## {title}\n\n" + "\n".join(f"- {item}" for item in items))
+    return "\n\n".join(parts)
+
+
 def first_message(
     *,
     goal: str,

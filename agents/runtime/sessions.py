@@ -229,7 +229,7 @@ class Sessions:
         s = self.s
         Session.objects.filter(pk=s.session.pk).update(handoff=handoff)
         s.session.handoff = handoff
-        text = f"# Handoff from session {s.session.index}\n\n{prompts.format_handoff(handoff)}\n"
+        text = f"# Handoff from session {s.session.index}\n\n{prompts.handoff_markdown(handoff)}\n"
         s.store_artifact(
             f"handoff-session-{s.session.index}.md",
             ArtifactKind.HANDOFF,

@@ -106,7 +106,7 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
             timeout=30_000,
         )
         target = Run.objects.get(pk=run_id).checkpoints.get(kind="session_end")
-        page.click(f"#checkpoint-{target.pk} a:has-text('Rewind')")
+        page.click(f"#checkpoint-{target.number} a:has-text('Rewind')")
         panel = page.wait_for_selector("#checkpoint-action #confirm-panel", timeout=10_000)
         text = panel.inner_text()
         assert f"Rewind run {run_id} to checkpoint #{target.seq}?" in text
@@ -150,7 +150,7 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
         assert "abandoned by rewind" in page.inner_text("#checkpoints")  # the old pre-approval one
         page.screenshot(path=str(shots / "run-rewound.png"))
         first = Run.objects.get(pk=run_id).checkpoints.get(kind="run_start")
-        page.goto(f"{base}/runs/{run_id}/diff/?a={first.pk}&b={target.pk}")
+        page.goto(f"{base}/runs/{run_id}/diff/?a={first.number}&b={target.number}")
         page.wait_for_selector(".file-diff pre.diff .add")
         assert "textstats.py" in page.inner_text("#diff-summary")
         page.screenshot(path=str(shots / "checkpoint-diff.png"), full_page=True)

@@ -123,12 +123,12 @@ def test_the_pages_work_under_a_strict_csp_with_no_violation(pages, eve, tmp_pat
             timeout=90_000,
         )
         first = Run.objects.get(pk=run_id).checkpoints.order_by("seq").first()
-        page.click(f"#checkpoint-{first.pk} a:has-text('Fork')")
+        page.click(f"#checkpoint-{first.number} a:has-text('Fork')")
         page.wait_for_selector("#checkpoint-action #confirm-panel", timeout=10_000)
         page.click("#checkpoint-action [data-close-panel]")  # the moved-out onclick
         wait_js(page, "document.querySelector('#checkpoint-action').innerHTML === ''")
         assert page.url.endswith(f"/runs/{run_id}/")
-        page.goto(f"{base}/runs/{run_id}/diff/?a={first.pk}&b=live")
+        page.goto(f"{base}/runs/{run_id}/diff/?a={first.number}&b=live")
         page.wait_for_selector(".file-diff")
         page.goto(f"{base}/runs/{run_id}/")
         page.click("#artifacts li:has-text('textstats.py') >> a >> nth=0")

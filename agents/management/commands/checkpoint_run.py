@@ -23,6 +23,6 @@ class Command(RunCommand):
             raise fail(str(e)) from None
         cp = checkpoints.create(run.pk, kind=CheckpointKind.MANUAL, label=label, actor=actor)
         self.stdout.write(
-            f"checkpoint {cp.pk} of run {run.pk} at #{cp.seq}: {cp.files} files, "
-            f"{cp.bytes_added} bytes added to the store"
+            f"checkpoint {cp.number} of run {run.pk} at #{cp.seq}: {cp.files} files; "
+            f"the store grew by {cp.bytes_added} bytes"
         )

@@ -1,35 +1,48 @@
 from __future__ import annotations
 
+import argparse
 import json
 
 from django.core.management.base import BaseCommand
 
-from agents import checkpoints, inputs
-from agents.management.base import fail
+from agents import checkpoints
+from agents.management.base import fail, get_run, id_arg
 from agents.models import Checkpoint
 from agents.snapshots import display
 
 
-def _get(cp_id: str) -> Checkpoint:
+def _get(run_id: int, text: str) -> Checkpoint:
+    """`N` (checkpoint N of the run) or `RUN:N` (checkpoint N of another run, e.g. a fork's
+    origin)."""
+    run_part, _, number = text.rpartition(":")
+    if run_part:
+        try:
+            run_id = id_arg(run_part)
+        except argparse.ArgumentTypeError:
+            raise fail(f"{text!r}: expected N or RUN:N") from None
     try:
-        pk = inputs.object_id(cp_id, what="a checkpoint id")
-        return Checkpoint.objects.select_related("run").get(pk=pk)
-    except (inputs.InputError, Checkpoint.DoesNotExist):
-        raise fail(f"no checkpoint {cp_id!r}") from None
+        return checkpoints.by_number(run_id, number)
+    except checkpoints.CheckpointError as e:
+        raise fail(str(e)) from None
 
 
 class Command(BaseCommand):
-    help = "What changed between two checkpoints (B may be `live`: the run's workspace now)."
+    help = (
+        "What changed between two checkpoints of a run, named by their numbers in it (B may be "
+        "`live`: the workspace now; either may be RUN:N, a checkpoint of another run)."
+    )
 
     def add_arguments(self, parser):
+        parser.add_argument("run_id", type=id_arg, metavar="RUN")
         parser.add_argument("a", metavar="A")
         parser.add_argument("b", metavar="B|live")
         parser.add_argument("--stat", action="store_true", help="only the list of files")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):
-        a = _get(o["a"])
-        b = None if o["b"] == "live" else _get(o["b"])
+        run = get_run(o["run_id"])
+        a = _get(run.pk, o["a"])
+        b = None if o["b"] == "live" else _get(run.pk, o["b"])
         changes = checkpoints.diff(a, b)
         if o["json"]:
             self.stdout.write(json.dumps([c.__dict__ for c in changes], indent=2, default=str))

@@ -13,7 +13,12 @@ class Command(RunCommand):
     def add_arguments(self, parser):
         super().add_arguments(parser)
         parser.add_argument(
-            "--from", dest="checkpoint", type=id_arg, required=True, metavar="CHECKPOINT"
+            "--from",
+            dest="checkpoint",
+            type=id_arg,
+            required=True,
+            metavar="N",
+            help="the checkpoint's number in the run (show_run lists them)",
         )
         parser.add_argument("--goal", help="a new goal (default: the same)")
         parser.add_argument("--note", default="")
@@ -23,9 +28,10 @@ class Command(RunCommand):
         run = get_run(o["run_id"])
         user, actor = acting(o["user"])
         try:
+            origin = checkpoints.by_number(run.pk, o["checkpoint"])
             new = checkpoints.fork(
                 run.pk,
-                o["checkpoint"],
+                origin.pk,
                 actor=actor,
                 created_by=user or run.created_by,
                 goal=o["goal"],

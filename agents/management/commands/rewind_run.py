@@ -33,7 +33,13 @@ class Command(RunCommand):
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
-        parser.add_argument("--to", type=id_arg, required=True, metavar="CHECKPOINT")
+        parser.add_argument(
+            "--to",
+            type=id_arg,
+            required=True,
+            metavar="N",
+            help="the checkpoint's number in the run (show_run lists them)",
+        )
         parser.add_argument("--note", default="", help="what the next session should know")
         parser.add_argument(
             "--dry-run", action="store_true", help="only show what would be discarded"
@@ -44,8 +50,9 @@ class Command(RunCommand):
         run = get_run(o["run_id"])
         _, actor = acting(o["user"])
         try:
+            target = checkpoints.by_number(run.pk, o["to"])
             discarded = checkpoints.rewind(
-                run.pk, o["to"], actor=actor, note=o["note"], dry_run=o["dry_run"]
+                run.pk, target.pk, actor=actor, note=o["note"], dry_run=o["dry_run"]
             )
         except checkpoints.CheckpointError as e:
             raise fail(str(e)) from None

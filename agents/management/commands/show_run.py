@@ -4,7 +4,7 @@ import json
 
 from django.conf import settings
 
-from agents import policy, verification
+from agents import eventlog, policy, verification
 from agents.management.base import RunCommand, get_run, id_arg
 from agents.models import ApprovalStatus
 
@@ -80,6 +80,7 @@ def run_summary(run) -> dict:
         ],
         "checkpoints": [
             {
+                "number": c.number,
                 "id": c.pk,
                 "seq": c.seq,
                 "kind": c.kind,
@@ -138,8 +139,12 @@ class Command(RunCommand):
         w(f"  workspace: {data['workspace']}")
         w(f"  events:    {data['events']}")
         for s in data["sessions"]:
-            end = f", ended: {s['end_reason']}" if s["end_reason"] else ""
-            w(f"  session {s['index']}: {s['status']}{end}, {s['turns']} turns")
+            state = (
+                eventlog.SESSION_ENDINGS.get(s["end_reason"], f"ended ({s['end_reason']})")
+                if s["end_reason"]
+                else s["status"]
+            )
+            w(f"  session {s['index']}: {state}, {s['turns']} turns")
             if s["handoff"]:
                 w(f"    handoff: {s['handoff'].get('summary', '')}")
         if data["acceptance"]:
@@ -150,7 +155,7 @@ class Command(RunCommand):
         for g in data["regressions"]:
             w(f"  REGRESSION: `{g['command']}` passed at #{g['passed_at_seq']} and failed later")
         for c in data["checkpoints"]:
-            w(f"  checkpoint {c['id']} at #{c['seq']} ({c['kind']}) {c['label']}")
+            w(f"  checkpoint {c['number']} at #{c['seq']} ({c['kind']}) {c['label']}")
         rules = data["tool_policy"] + data["global_tool_policy"]
         w(
             f"  policy:    {len(rules)} rule(s); risky bash commands ask"
