@@ -6,6 +6,7 @@ can pick up any run and a crashed one loses nothing that was committed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Cast, Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -383,6 +384,47 @@ class EventQuerySet(models.QuerySet):
         qs = self.filter(run_id=run_id)
         for after, upto in self.abandoned_ranges(run_id) if ranges is None else ranges:
             qs = qs.exclude(seq__gt=after, seq__lte=upto)
+        return qs
+
+    def failures(self) -> EventQuerySet:
+        """Events that record something going wrong: a tool call that failed, a check that did
+        not pass, a regression, tampering, a judge's rejection, the run failing."""
+        return self.filter(
+            models.Q(kind=EventKind.TOOL_RESULT, payload__is_error=True)
+            | models.Q(kind=EventKind.CHECK_RESULT, payload__passed=False)
+            | models.Q(kind=EventKind.JUDGE_VERDICT, payload__passed=False)
+            | models.Q(kind__in=[EventKind.CHECK_REGRESSED, EventKind.CHECK_TAMPERED])
+            | models.Q(kind=EventKind.RUN_STATUS, payload__to="failed")
+        )
+
+    def matching(
+        self,
+        *,
+        kind: str = "",
+        tool: str = "",
+        text: str = "",
+        errors: bool = False,
+        session_id: int | None = None,
+    ) -> EventQuerySet:
+        """A run's events narrowed by a person's search: kind, tool name, text anywhere in the
+        payload (case-insensitive), failures only, one session."""
+        qs = self
+        if kind:
+            qs = qs.filter(kind=kind)
+        if tool:
+            qs = qs.filter(models.Q(payload__name=tool) | models.Q(payload__tool=tool))
+        if text:
+            # The payload as stored text. SQLite's JSON keeps non-ASCII as \uXXXX escapes, and
+            # its LIKE folds only ASCII case: so also the escaped text, lower- and upper-case.
+            forms = {text} | {json.dumps(t)[1:-1] for t in (text, text.lower(), text.upper())}
+            match = models.Q()
+            for form in forms:
+                match |= models.Q(payload_text__icontains=form)
+            qs = qs.alias(payload_text=Cast("payload", models.TextField())).filter(match)
+        if errors:
+            qs = qs.failures()
+        if session_id is not None:
+            qs = qs.filter(session_id=session_id)
         return qs
 
     def check_results(self, run_id: int) -> EventQuerySet:

@@ -6,7 +6,7 @@ from django.templatetags.static import static
 from django.urls import path, register_converter
 from django.views.generic import RedirectView
 
-from dashboard import checkpoint_views, health, views
+from dashboard import checkpoint_views, find_views, health, views
 
 
 class IdConverter:
@@ -38,6 +38,8 @@ urlpatterns = [
         )
         for action in ("pause", "resume", "cancel")
     ],
+    path("runs/<id:run_id>/find/", find_views.run_find, name="run-find"),
+    path("runs/<id:run_id>/first-failure", find_views.first_failure, name="run-first-failure"),
     path("runs/<id:run_id>/note", views.run_note, name="run-note"),
     path("runs/<id:run_id>/policy", views.run_policy, name="run-policy"),
     path("runs/<id:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),

@@ -94,3 +94,17 @@
     }
   });
 })();
+
+// A link to an event (#seq-N) that the run page does not hold (it shows the newest events):
+// open the event in its context instead.
+(function () {
+  "use strict";
+  function follow() {
+    var m = /^#seq-(\d+)$/.exec(window.location.hash);
+    var stream = document.querySelector("#stream[data-find-url]");
+    if (!m || !stream || document.getElementById("seq-" + m[1])) return;
+    window.location.replace(stream.getAttribute("data-find-url") + "?around=" + m[1] + "#seq-" + m[1]);
+  }
+  document.addEventListener("DOMContentLoaded", follow);
+  window.addEventListener("hashchange", follow);
+})();

@@ -7,11 +7,14 @@ import time
 from agents.eventlog import describe
 from agents.lifecycle import TERMINAL
 from agents.management.base import RunCommand, fail, get_run, id_arg, seq_arg
-from agents.models import Event, Run
+from agents.models import Event, EventKind, Run, Session
 
 
 class Command(RunCommand):
-    help = "Print a run's events, one a line; --follow keeps printing until the run is over."
+    help = (
+        "Print a run's events, one a line, optionally only some (--kind, --tool, --grep, "
+        "--errors, --session); --follow keeps printing until the run is over."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("run_id", type=id_arg, metavar="ID")
@@ -19,6 +22,11 @@ class Command(RunCommand):
             "--after", type=seq_arg, default=0, metavar="SEQ", help="only events after this seq"
         )
         parser.add_argument("--follow", "-f", action="store_true")
+        parser.add_argument("--kind", choices=EventKind.values, help="only events of this kind")
+        parser.add_argument("--tool", help="only calls and results of this tool")
+        parser.add_argument("--grep", metavar="TEXT", help="only events holding TEXT (any case)")
+        parser.add_argument("--errors", action="store_true", help="only failures")
+        parser.add_argument("--session", type=id_arg, metavar="N", help="only session N")
         parser.add_argument("--json", action="store_true", help="one JSON object a line")
         parser.add_argument("--interval", type=float, default=0.5, help=argparse_hidden())
 
@@ -27,11 +35,36 @@ class Command(RunCommand):
         after = o["after"]
         if after < 0:
             raise fail("--after must be 0 or more")
+        session_id = None
+        if o["session"] is not None:
+            session_id = (
+                Session.objects.filter(run=run, index=o["session"])
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if session_id is None:
+                raise fail(f"run {run.pk} has no session {o['session']}")
+        if o["grep"] is not None and ("\x00" in o["grep"] or len(o["grep"]) > 200):
+            raise fail("--grep takes up to 200 characters, no NUL")
+        filters = {
+            "kind": o["kind"] or "",
+            "tool": o["tool"] or "",
+            "text": o["grep"] or "",
+            "errors": o["errors"],
+            "session_id": session_id,
+        }
         try:
             while True:
-                for event in Event.objects.for_run(run.pk, after=after).iterator(chunk_size=500):
+                # Up to the newest seq now: a filter skips events, and none is read twice.
+                upto = Run.objects.filter(pk=run.pk).values_list("last_seq", flat=True).get()
+                events = (
+                    Event.objects.for_run(run.pk, after=after)
+                    .filter(seq__lte=upto)
+                    .matching(**filters)
+                )
+                for event in events.iterator(chunk_size=500):
                     self.stdout.write(self.format(event, o["json"]))
-                    after = event.seq
+                after = max(after, upto)
                 self.stdout.flush()
                 if not o["follow"]:
                     return
