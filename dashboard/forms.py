@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.conf import settings
 
@@ -11,11 +13,73 @@ from agents.services import DEMO_CHECKS, DEMO_GOAL
 SCRIPT_LIMIT = 1_000_000
 
 
+NO_KEY = "set ANTHROPIC_API_KEY for the server to use it"
+
+
+def anthropic_ready() -> bool:
+    return bool(settings.SHIFTLOG.get("ANTHROPIC_API_KEY"))
+
+
 def provider_choices() -> list[tuple[str, str]]:
-    choices = [(Provider.SCRIPTED.value, "scripted · offline (no model is called)")]
-    if settings.SHIFTLOG.get("ANTHROPIC_API_KEY"):
-        choices.append((Provider.ANTHROPIC.value, "Anthropic"))
-    return choices
+    anthropic = "Anthropic" if anthropic_ready() else f"Anthropic (unavailable: {NO_KEY})"
+    return [
+        (Provider.SCRIPTED.value, "scripted · offline (no model is called)"),
+        (Provider.ANTHROPIC.value, anthropic),
+    ]
+
+
+class ProviderSelect(forms.Select):
+    """The providers, all listed; one that cannot run here is shown disabled, with the reason."""
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        if value == Provider.ANTHROPIC and not anthropic_ready():
+            option["attrs"]["disabled"] = True
+        return option
+
+
+def lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class RuleForm(forms.Form):
+    """One row of the tool policy editor: a pattern rule."""
+
+    tool = forms.CharField(
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": "bash, write_file, network, *"}),
+    )
+    pattern = forms.CharField(
+        required=False,
+        strip=False,  # a regular expression: its spaces mean something
+        max_length=2000,
+        widget=forms.TextInput(attrs={"placeholder": "a regular expression, e.g. ^pip install"}),
+    )
+    action = forms.ChoiceField(
+        required=False, choices=[("ask", "ask"), ("allow", "allow"), ("deny", "deny")]
+    )
+    note = forms.CharField(required=False, max_length=2000)
+
+    def clean(self):
+        data = super().clean()
+        if (data.get("pattern") or data.get("note")) and not data.get("tool"):
+            self.add_error("tool", "name the tool the rule is for (or * for any)")
+        return data
+
+    def rule(self) -> dict | None:
+        data = self.cleaned_data
+        if not data.get("tool"):
+            return None  # an empty row
+        rule = {"tool": data["tool"], "action": data.get("action") or "ask"}
+        if data.get("pattern"):
+            rule["pattern"] = data["pattern"]
+        if data.get("note"):
+            rule["note"] = data["note"]
+        return rule
+
+
+RuleFormSet = forms.formset_factory(RuleForm, extra=2, max_num=100, absolute_max=100)
 
 
 class NewRunForm(forms.Form):
@@ -25,7 +89,9 @@ class NewRunForm(forms.Form):
         max_length=inputs.MAX_TEXT,
         help_text="One shell command a line; the harness runs them when the agent says it is done.",
     )
-    provider = forms.ChoiceField(choices=provider_choices, initial=Provider.SCRIPTED)
+    provider = forms.ChoiceField(
+        choices=provider_choices, initial=Provider.SCRIPTED, widget=ProviderSelect
+    )
     script = forms.FileField(
         required=False,
         help_text="A JSON script for the scripted provider; empty: the built-in demo.",
@@ -59,12 +125,64 @@ class NewRunForm(forms.Form):
     max_workspace_mb = forms.IntegerField(
         required=False, min_value=1, max_value=10_485_760, label="Workspace size (MB)"
     )
+    max_cpu_seconds = forms.IntegerField(
+        required=False, min_value=1, max_value=inputs.MAX_INT, label="CPU seconds per command"
+    )
     tool_policy = forms.CharField(
         required=False,
         max_length=inputs.MAX_JSON_BYTES,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text='JSON rules, e.g. [{"tool": "bash", "pattern": "^pip install", "action": "ask"}]',
+        label="More rules (JSON)",
+        help_text="Rules the rows above cannot say (allow-similar rules), as JSON; they come "
+        'after the rows. E.g. [{"tool": "bash", "action": "allow", "program": "pytest"}]',
     )
+    approval_timeout_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=inputs.MAX_INT,
+        label="Approval timeout (seconds)",
+        help_text="A call waiting longer counts as denied. Empty: it waits for a person.",
+    )
+    webhook_urls = forms.CharField(
+        required=False,
+        max_length=inputs.MAX_TEXT,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Webhooks",
+        help_text="http(s) URLs, one a line: each gets a signed POST when the run needs a person "
+        "or ends.",
+    )
+    rubric = forms.CharField(
+        required=False,
+        max_length=inputs.MAX_TEXT,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        label="Judge rubric",
+        help_text="Criteria for an independent judge, one a line; judged after the checks pass.",
+    )
+    judge_model = forms.CharField(
+        required=False, max_length=100, help_text="Empty: the run's own model."
+    )
+    criteria = forms.CharField(
+        required=False,
+        max_length=inputs.MAX_TEXT,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Acceptance criteria",
+        help_text="NAME or NAME=CHECK_COMMAND, one a line: progress is tracked per criterion.",
+    )
+    protect = forms.CharField(
+        required=False,
+        max_length=inputs.MAX_TEXT,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Protected paths",
+        help_text="Files or folders the checks depend on, one a line: the agent may not change "
+        "them.",
+    )
+    protect_action = forms.ChoiceField(
+        required=False,
+        choices=[("deny", "deny the change"), ("ask", "ask a person")],
+        initial="deny",
+        label="A change to a protected path",
+    )
+    script_from = forms.IntegerField(required=False, widget=forms.HiddenInput, min_value=1)
 
     @classmethod
     def demo(cls) -> NewRunForm:
@@ -76,8 +194,61 @@ class NewRunForm(forms.Form):
             }
         )
 
+    @classmethod
+    def initial_from(cls, run) -> tuple[dict, list[dict], str]:
+        """What "Run again with changes" fills in from a run: the form's initial values, the
+        policy rows (its allowed hosts among them, as `network` rules) and the rules the rows
+        cannot say (as JSON)."""
+        rows = [r for r in run.tool_policy if "program" not in r]
+        rest = [r for r in run.tool_policy if "program" in r]
+        limits = run.limits or {}
+        initial = {
+            "goal": run.goal,
+            "checks": "\n".join(run.checks),
+            "provider": run.provider,
+            "model": run.model,
+            "max_sessions": run.max_sessions,
+            "max_tokens": run.max_tokens,
+            "max_cost_usd": run.max_cost_usd,
+            "max_wall_seconds": run.max_wall_seconds,
+            "max_turns_per_session": run.max_turns_per_session,
+            "max_memory_mb": limits.get("memory_mb"),
+            "max_processes": limits.get("processes"),
+            "max_cpu_seconds": limits.get("cpu_seconds"),
+            "max_workspace_mb": limits.get("workspace_mb"),
+            "approval_timeout_seconds": run.approval_timeout_seconds,
+            "webhook_urls": "\n".join(run.webhook_urls),
+            "rubric": run.rubric,
+            "judge_model": run.judge_model,
+            "criteria": "\n".join(
+                c["name"] + (f"={c['check']}" if c.get("check") else "") for c in run.acceptance
+            ),
+            "protect": "\n".join(sorted(run.protected)),
+            "protect_action": run.protected_action,
+            "script_from": run.pk,
+        }
+        return initial, rows, json.dumps(rest, indent=2) if rest else ""
+
     def clean_allowed_hosts(self) -> list[str]:
-        return [h.strip() for h in self.cleaned_data["allowed_hosts"].splitlines() if h.strip()]
+        return lines(self.cleaned_data["allowed_hosts"])
+
+    def clean_webhook_urls(self) -> list[str]:
+        return lines(self.cleaned_data["webhook_urls"])
+
+    def clean_criteria(self) -> list[str]:
+        return lines(self.cleaned_data["criteria"])
+
+    def clean_protect(self) -> list[str]:
+        return lines(self.cleaned_data["protect"])
+
+    def clean_protect_action(self) -> str:
+        return self.cleaned_data["protect_action"] or "deny"
+
+    def clean_provider(self) -> str:
+        provider = self.cleaned_data["provider"]
+        if provider == Provider.ANTHROPIC and not anthropic_ready():
+            raise forms.ValidationError(f"Anthropic is unavailable here: {NO_KEY}")
+        return provider
 
     def clean_checks(self) -> list[str]:
         return [c.strip() for c in self.cleaned_data["checks"].splitlines() if c.strip()]

@@ -29,11 +29,12 @@ from agents.models import (
     Event,
     Provider,
     Run,
+    RunScript,
     RunStatus,
 )
 from agents.providers.scripted import builtin_script
 from dashboard import access, cards, markup, panels, stream
-from dashboard.forms import NewRunForm, PolicyForm
+from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet
 from dashboard.redirects import safe_next
 
 RUNS_PER_PAGE = 25
@@ -70,17 +71,23 @@ def runs(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def new_run(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
-        form = NewRunForm.demo() if request.GET.get("demo") else NewRunForm()
-        return render(request, "runs/new.html", {"form": form})
+        return render(request, "runs/new.html", _new_run_context(request))
     form = NewRunForm(request.POST, request.FILES)
-    if form.is_valid():
+    # A post without the rows (a script, an older page) has no rows: not an error.
+    rows = request.POST if "rules-TOTAL_FORMS" in request.POST else None
+    rules = RuleFormSet(rows, prefix="rules")
+    if form.is_valid() and (not rules.is_bound or rules.is_valid()):
         data = form.cleaned_data
         script, script_name = data["script"], ""
         if data["provider"] == Provider.SCRIPTED:
+            if script is not None:
+                script_name = request.FILES["script"].name[:200]
+            elif data["script_from"]:
+                script, script_name = _script_of(request.user, data["script_from"])
             if script is None:
                 script, script_name = _demo_script(), "demo (built in)"
-            else:
-                script_name = request.FILES["script"].name[:200]
+        rows = [f.rule() for f in rules.forms] if rules.is_bound else []
+        policy = [r for r in rows if r] + data["tool_policy"]
         try:
             run = services.create_run(
                 goal=data["goal"],
@@ -96,21 +103,59 @@ def new_run(request: HttpRequest) -> HttpResponse:
                     max_wall_seconds=data["max_wall_seconds"],
                 ),
                 max_turns_per_session=data["max_turns_per_session"],
-                tool_policy=data["tool_policy"],
+                tool_policy=policy,
                 allowed_hosts=data["allowed_hosts"],
                 limits={
                     "memory_mb": data["max_memory_mb"],
                     "processes": data["max_processes"],
+                    "cpu_seconds": data["max_cpu_seconds"],
                     "workspace_mb": data["max_workspace_mb"],
                 },
+                approval_timeout_seconds=data["approval_timeout_seconds"],
+                webhook_urls=data["webhook_urls"],
+                rubric=data["rubric"],
+                judge_model=data["judge_model"],
+                acceptance=data["criteria"],
+                protected_paths=data["protect"],
+                protected_action=data["protect_action"],
                 created_by=request.user,
             )
         except services.RunError as e:
-            field = e.field if e.field in form.fields else None
-            form.add_error(field, str(e))
+            field = {"acceptance": "criteria", "protected_paths": "protect"}.get(e.field, e.field)
+            form.add_error(field if field in form.fields else None, str(e))
         else:
             return redirect("run-detail", run_id=run.pk)
-    return render(request, "runs/new.html", {"form": form}, status=400)
+    context = {"form": form, "rules": rules, "again": form.data.get("script_from")}
+    return render(request, "runs/new.html", context, status=400)
+
+
+def _new_run_context(request: HttpRequest) -> dict:
+    """The empty form, the demo's, or a run's own ("Run again with changes", ?from=ID)."""
+    if request.GET.get("from"):
+        try:
+            source = access.get_run_for_user(
+                request.user, inputs.object_id(request.GET["from"], what="from")
+            )
+        except inputs.InputError:
+            raise Http404("no such run") from None
+        initial, rows, rest = NewRunForm.initial_from(source)
+        initial["tool_policy"] = rest
+        return {
+            "form": NewRunForm(initial=initial),
+            "rules": RuleFormSet(initial=rows, prefix="rules"),
+            "again": source,
+        }
+    form = NewRunForm.demo() if request.GET.get("demo") else NewRunForm()
+    return {"form": form, "rules": RuleFormSet(prefix="rules")}
+
+
+def _script_of(user, run_id: int) -> tuple[dict | None, str]:
+    """The script of a run the user may see (to run it again), or None."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not access.can_see(user, run):
+        return None, ""
+    script = RunScript.objects.filter(run=run).values_list("script", flat=True).first()
+    return script, run.script_name if script is not None else ""
 
 
 def _demo_script() -> dict:

@@ -107,9 +107,22 @@ def test_the_runs_list_shows_session_cost_and_waiting_approvals(owner, waiting_r
 
 
 # --- new run -----------------------------------------------------------------------------------
-def test_the_new_run_form_offers_only_the_scripted_provider_without_a_key(owner):
+def test_without_a_key_the_anthropic_provider_is_listed_disabled_with_the_reason(owner):
     html = client_for(owner).get("/runs/new/").content.decode()
-    assert 'value="scripted"' in html and 'value="anthropic"' not in html
+    assert 'value="scripted"' in html
+    assert '<option value="anthropic" disabled>' in html and "set ANTHROPIC_API_KEY" in html
+    # Posting it anyway is refused, next to the field.
+    response = client_for(owner).post(
+        "/runs/new/", {"goal": "g", "checks": "true", "provider": "anthropic"}
+    )
+    assert response.status_code == 400 and not Run.objects.exists()
+    assert "Anthropic is unavailable here" in response.content.decode()
+
+
+def test_with_a_key_the_anthropic_provider_can_be_chosen(owner, settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "ANTHROPIC_API_KEY": "sk-test"}
+    html = client_for(owner).get("/runs/new/").content.decode()
+    assert '<option value="anthropic">Anthropic</option>' in html
 
 
 def test_the_demo_prefills_the_form(owner):

@@ -108,3 +108,20 @@
   document.addEventListener("DOMContentLoaded", follow);
   window.addEventListener("hashchange", follow);
 })();
+
+// The new-run form's policy rows: "Add a rule" appends a row from the formset's empty form.
+(function () {
+  "use strict";
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("#policy-rows .add-rule");
+    if (!button) return;
+    var total = document.querySelector("#policy-rows input[name=rules-TOTAL_FORMS]");
+    var template = document.getElementById("rule-template");
+    var n = parseInt(total.value, 10);
+    var row = template.innerHTML.replace(/__prefix__/g, String(n));
+    document.getElementById("rule-rows").insertAdjacentHTML("beforeend", row);
+    total.value = String(n + 1);
+    var first = document.querySelector("#rule-rows tr:last-child input");
+    if (first) first.focus();
+  });
+})();
