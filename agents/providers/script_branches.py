@@ -237,16 +237,21 @@ class Plan:
                 sequence, pos = target, 0
 
 
-def chooser(seen: Seen, earlier: list[dict[str, Any]]) -> Callable[[Point], dict[str, Any]]:
-    """Decide a branch point: as decided before (a choice the handoff carried), or by what the
-    agent has seen."""
+def chooser(
+    messages: list[dict[str, Any]], earlier: list[dict[str, Any]]
+) -> Callable[[Point], dict[str, Any]]:
+    """Decide a branch point: as decided before (a choice a handoff carried), or by what the
+    agent has read in `messages` (read once, and only when a branch point is reached)."""
     decided = {c.get("at"): c for c in earlier if isinstance(c, dict)}
+    seen: list[Seen] = []
 
     def choose(point: Point) -> dict[str, Any]:
         if point.where in decided:
             return decided[point.where]
+        if not seen:
+            seen.append(read(messages))
         for i, (when, _) in enumerate(point.branches):
-            matched = holds(when, seen)
+            matched = holds(when, seen[0])
             if matched is not None:
                 return {"at": point.where, "branch": i, "matched": matched}
         return {"at": point.where, "branch": "else" if point.otherwise else "nothing"}

@@ -106,14 +106,9 @@ class ScriptedProvider:
         # order with every branch's turns.
         previous = request.previous_meta
         last = previous.get("script_index", -1)
+        # Choices a handoff carried from the previous session (see _handoff_turn).
         pending = previous.get("pending", []) if previous.get("synthesized") else []
-        seen = None
-
-        def choose(point: script_branches.Point) -> dict[str, Any]:
-            nonlocal seen
-            seen = seen or script_branches.read(request.messages)
-            return script_branches.chooser(seen, pending)(point)
-
+        choose = script_branches.chooser(request.messages, pending)
         leaf, chose = self.plan.upcoming(last, choose)
         upcoming = leaf.turn if leaf is not None else None
         suffix = f"_b{request.branch}" if request.branch else ""
