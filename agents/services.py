@@ -38,6 +38,14 @@ DEMO_GOAL = (
     "and unit tests for it in test_textstats.py. The tests must pass."
 )
 DEMO_CHECKS = ["python3 -m unittest -q"]
+# What a person is told when a scripted run gets no script of its own (the CLI, the web form).
+DEMO_SCRIPT_NOTICE = (
+    "the scripted provider will play the built-in demo script, which works on the demo's task "
+    "(textstats.py), not on this goal."
+)
+DEMO_GOAL_NOTICE = (
+    "the scripted provider will play the built-in demo script: this is the demo's goal."
+)
 MAX_CHECKS = 50
 
 
@@ -351,6 +359,10 @@ def _toolchain(environment: str | Path | None, requirements: str | Path | None) 
     except isolation.EnvironmentProblem as e:
         raise RunError(f"environment: {e}", "environment") from None
     return []
+
+
+def is_demo_goal(goal: str) -> bool:
+    return " ".join(str(goal).split()) == DEMO_GOAL
 
 
 def create_demo_run(created_by=None, *, turn_delay_seconds: float | None = None) -> Run:

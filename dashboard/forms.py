@@ -8,7 +8,7 @@ from django.conf import settings
 from agents import inputs
 from agents.models import Provider
 from agents.providers.scripted import ScriptError, validate_script
-from agents.services import DEMO_CHECKS, DEMO_GOAL
+from agents.services import DEMO_CHECKS, DEMO_GOAL, DEMO_SCRIPT_NOTICE
 
 SCRIPT_LIMIT = 1_000_000
 
@@ -94,7 +94,9 @@ class NewRunForm(forms.Form):
     )
     script = forms.FileField(
         required=False,
-        help_text="A JSON script for the scripted provider; empty: the built-in demo.",
+        help_text="A JSON script for the scripted provider. Empty: "
+        + DEMO_SCRIPT_NOTICE
+        + " Upload a script to have it play your own.",
     )
     model = forms.CharField(required=False, max_length=100, help_text="Empty: the default.")
     max_sessions = forms.IntegerField(

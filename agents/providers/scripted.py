@@ -12,6 +12,10 @@ latency (the demo uses it so people can watch it work). The provider keeps its p
 survives a crash or a change of worker. When the harness asks for a handoff and the next scripted
 turn is not one, it writes a generic handoff without using up the script. When the script runs
 out before the run is done, the run fails with that reason.
+
+A script may branch on what people did (a denial's reason, a note, a rewind's note): see
+agents/providers/script_branches.py. A turn's `delay_factor` (0 to 10) stretches the delay for
+that turn; it is capped because nothing renews the worker's lease while the provider sleeps.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import inputs, schemas
+from agents.providers import script_branches
 from agents.providers.base import ScriptExhausted, Turn, TurnRequest, Usage
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
@@ -36,6 +41,8 @@ def validate_script(script: Any) -> dict[str, Any]:
     """The script, if it is one (agents/schemas/script.schema.json); else ScriptError saying
     where it is wrong. A script that passes cannot crash the runtime later."""
     problem = schemas.first_error("script", script)
+    if problem is None:
+        problem = script_branches.problem(script)
     if problem is not None:
         raise ScriptError(problem)
     return script
@@ -58,7 +65,11 @@ def builtin_script(name: str) -> dict[str, Any]:
     return load_script(SCRIPTS_DIR / f"{name}.json")
 
 
-def _handoff_turn(script_index: int, suffix: str) -> Turn:
+def _handoff_turn(script_index: int, suffix: str, chose: list[dict[str, Any]]) -> Turn:
+    meta: dict[str, Any] = {"script_index": script_index, "synthesized": "handoff"}
+    if chose:
+        # Choices made as the harness asked for the handoff: the next session plays them.
+        meta["pending"] = chose
     return Turn(
         content=[
             {"type": "text", "text": "Writing my handoff as asked."},
@@ -77,7 +88,7 @@ def _handoff_turn(script_index: int, suffix: str) -> Turn:
         stop_reason="tool_use",
         usage=Usage(),
         model=OFFLINE_MODEL,
-        meta={"script_index": script_index, "synthesized": "handoff"},
+        meta=meta,
     )
 
 
@@ -87,23 +98,30 @@ class ScriptedProvider:
 
     def __init__(self, script: dict[str, Any]):
         self.script = validate_script(script)
-        self.turns = self.script["turns"]
+        self.plan = script_branches.Plan(self.script["turns"])
         self.delay = float(self.script.get("turn_delay_seconds", 0))
 
     def next_turn(self, request: TurnRequest) -> Turn:
-        # script_index in meta is the index of the last turn played (-1: none yet).
-        last = request.previous_meta.get("script_index", -1)
-        index = last + 1
+        # script_index in meta is the index of the last turn played (-1: none yet), in document
+        # order with every branch's turns.
+        previous = request.previous_meta
+        last = previous.get("script_index", -1)
+        # Choices a handoff carried from the previous session (see _handoff_turn).
+        pending = previous.get("pending", []) if previous.get("synthesized") else []
+        choose = script_branches.chooser(request.messages, pending)
+        leaf, chose = self.plan.upcoming(last, choose)
+        upcoming = leaf.turn if leaf is not None else None
         suffix = f"_b{request.branch}" if request.branch else ""
-        upcoming = self.turns[index] if index < len(self.turns) else None
         if request.handoff_requested and not _is_handoff(upcoming):
-            return _handoff_turn(last, suffix)
-        if upcoming is None:
+            return _handoff_turn(last, suffix, chose)
+        if leaf is None:
             raise ScriptExhausted(
-                f"the script ran out after {len(self.turns)} turns without the run finishing"
+                f"the script ran out after {len(self.plan.flat)} turns without the run finishing"
             )
-        if self.delay:
-            time.sleep(self.delay)
+        index = leaf.index
+        delay = self.delay * float(upcoming.get("delay_factor", 1))
+        if delay:
+            time.sleep(delay)
         content: list[dict[str, Any]] = []
         if upcoming.get("text"):
             content.append({"type": "text", "text": upcoming["text"]})
@@ -131,7 +149,7 @@ class ScriptedProvider:
             stop_reason="tool_use" if has_calls else "end_turn",
             usage=usage,
             model=OFFLINE_MODEL,
-            meta={"script_index": index},
+            meta=_meta(index, chose, upcoming),
         )
 
     def judge(self, request: TurnRequest) -> Turn:
@@ -155,6 +173,17 @@ class ScriptedProvider:
             model=OFFLINE_MODEL,
             meta={"judge_index": index},
         )
+
+
+def _meta(index: int, chose: list[dict[str, Any]], turn: dict[str, Any]) -> dict[str, Any]:
+    """Where the agent is; what it chose on the way (only then, so a script without branch
+    points records what it always did)."""
+    meta: dict[str, Any] = {"script_index": index}
+    if chose:
+        meta["chose"] = chose
+    if "delay_factor" in turn:
+        meta["delay_factor"] = turn["delay_factor"]
+    return meta
 
 
 def _is_handoff(turn: dict[str, Any] | None) -> bool:

@@ -76,7 +76,7 @@ def describe(error: jsonschema.ValidationError, *, skip: int = 0, whole: str = "
         relation = {"minimum": "at least", "maximum": "at most",
                     "exclusiveMinimum": "more than", "exclusiveMaximum": "less than"}[kind]  # fmt: skip
         return f"{at} must be {relation} {error.validator_value}"
-    if kind in ("minItems", "minLength") and error.validator_value == 1:
+    if kind in ("minItems", "minLength", "minProperties") and error.validator_value == 1:
         return f"{at} must not be empty"
     if kind in ("maxItems", "maxLength"):
         return f"{at} is too long (at most {error.validator_value})"

@@ -8,7 +8,14 @@ from django.core.management.base import BaseCommand
 from agents import inputs
 from agents.management.base import acting, fail
 from agents.providers.scripted import ScriptError, load_script
-from agents.services import Budgets, RunError, create_run
+from agents.services import (
+    DEMO_GOAL_NOTICE,
+    DEMO_SCRIPT_NOTICE,
+    Budgets,
+    RunError,
+    create_run,
+    is_demo_goal,
+)
 
 
 class Command(BaseCommand):
@@ -164,6 +171,15 @@ class Command(BaseCommand):
             )
         except RunError as e:
             raise fail(str(e)) from None
+        if run.provider == "scripted" and script is None:
+            # Not silently: a goal of one's own with the demo's script does the demo's task.
+            if is_demo_goal(o["goal"]):
+                self.stderr.write(f"no --script given: {DEMO_GOAL_NOTICE}")
+            else:
+                self.stderr.write(
+                    f"no --script given: {DEMO_SCRIPT_NOTICE} "
+                    "Give --script FILE to have it play your own."
+                )
         if o["json"]:
             self.stdout.write(
                 json.dumps(
