@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from dashboard import checkpoint_views, health, views
+from dashboard import checkpoint_views, health, overview_views, views
 
 
 class IdConverter:
@@ -24,6 +24,7 @@ register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("", views.runs, name="home"),
+    path("overview/", overview_views.overview_page, name="overview"),
     path("runs/new/", views.new_run, name="run-new"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
