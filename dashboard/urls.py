@@ -26,6 +26,7 @@ urlpatterns = [
     path("", views.runs, name="home"),
     path("overview/", overview_views.overview_page, name="overview"),
     path("runs/new/", views.new_run, name="run-new"),
+    path("runs/compare/", overview_views.run_compare, name="run-compare"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
     *[
