@@ -156,12 +156,14 @@ def test_compare_runs_prints_a_table_and_the_diff(pair):
 
 
 @pytest.mark.parametrize(
-    ("args", "message"), [(("1", "999999"), "no run with id 999999"), (("1", "1"), "two different")]
+    ("other", "message"), [(999_999, "no run with id 999999"), (0, "two different runs")]
 )
-def test_compare_runs_exits_2_on_bad_ids(owner, args, message):
-    make_run(created_by=owner)
+def test_compare_runs_exits_2_on_bad_ids(owner, other, message):
+    run = make_run(created_by=owner)
     with pytest.raises(CommandError, match=message) as info:
-        call_command("compare_runs", *args, stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "compare_runs", str(run.pk), str(other or run.pk), stdout=StringIO(), stderr=StringIO()
+        )
     assert info.value.returncode == 2
 
 
