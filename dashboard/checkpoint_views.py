@@ -167,16 +167,21 @@ def change_view(c) -> dict:
     }
 
 
+def diff_context(changes) -> dict:
+    """What templates/includes/diff.html shows: each change, and how many of each status."""
+    views = [change_view(c) for c in changes]
+    counts: dict[str, int] = {}
+    for c in views:
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    return {"changes": views, "counts": sorted(counts.items())}
+
+
 @login_required
 @require_GET
 def checkpoint_diff(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live (b defaults to live): what changed from a to b."""
     run = access.get_run_for_user(request.user, run_id)
     a, b = sides(run, request.GET.get("a"), request.GET.get("b"))
-    changes = [change_view(c) for c in checkpoints.diff(a, b)]
-    counts: dict[str, int] = {}
-    for c in changes:
-        counts[c["status"]] = counts.get(c["status"], 0) + 1
     return render(
         request,
         "runs/diff.html",
@@ -184,8 +189,7 @@ def checkpoint_diff(request: HttpRequest, run_id: int) -> HttpResponse:
             "run": run,
             "a": a,
             "b": b,
-            "changes": changes,
-            "counts": sorted(counts.items()),
+            **diff_context(checkpoints.diff(a, b)),
             "live_status": RunStatus(run.status).label,
         },
     )

@@ -6,7 +6,7 @@ from django import forms
 from django.conf import settings
 
 from agents import inputs
-from agents.models import Provider
+from agents.models import Provider, RunStatus
 from agents.providers.scripted import ScriptError, validate_script
 from agents.services import DEMO_CHECKS, DEMO_GOAL, DEMO_SCRIPT_NOTICE
 
@@ -300,3 +300,32 @@ class PolicyForm(forms.Form):
         if not isinstance(rules, list):
             raise forms.ValidationError("a tool policy is a JSON list of rules")
         return rules
+
+
+def _choice(name: str, choices: list[tuple[str, str]]) -> forms.ChoiceField:
+    allowed = ", ".join(value for value, _ in choices if value)
+    return forms.ChoiceField(
+        choices=choices,
+        required=False,
+        error_messages={"invalid_choice": f"{name} must be one of: {allowed} (or left out)"},
+    )
+
+
+class RunFilterForm(forms.Form):
+    """The runs list's filters, each one a figure of the Overview links to. A bad value is said
+    plainly (the list is then shown with the filters that were good)."""
+
+    status = _choice("status", [("", "All statuses"), *RunStatus.choices])
+    stuck = _choice("stuck", [("", "Stuck or not"), ("1", "Stuck")])
+    approvals = _choice("approvals", [("", "Approvals or not"), ("waiting", "Approvals waiting")])
+    since = _choice(
+        "since",
+        [("", "Any time"), ("today", "Spent today"), ("week", "Spent this week")],
+    )
+
+    def active(self) -> dict[str, str]:
+        """The good filters given (after is_valid(): a bad one is left out)."""
+        self.is_valid()
+        return {
+            name: self.cleaned_data[name] for name in self.fields if self.cleaned_data.get(name)
+        }

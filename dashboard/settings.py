@@ -238,6 +238,8 @@ LOGIN_REDIRECT_URL = "/"
 # --- dashboard (live UI) ---------------------------------------------------------------------
 # The dashboard's own login page; every page's header shows the live count of waiting approvals.
 LOGIN_URL = "login"
+# A supervisor lands on the Overview (dashboard/overview_views.py).
+LOGIN_REDIRECT_URL = "overview"
 LOGOUT_REDIRECT_URL = "login"
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("dashboard.context_processors.header")
 # --- end dashboard ---------------------------------------------------------------------------
@@ -356,6 +358,8 @@ SHIFTLOG = {
     "CHECKPOINT_EVERY": int(env_number("SHIFTLOG_CHECKPOINT_EVERY", 10)),
     # Run the checks at every session end too, so the ratchet sees progress slip between finishes.
     "CHECKS_AT_SESSION_END": env_bool("SHIFTLOG_CHECKS_AT_SESSION_END", True),
+    # The Overview page: a running or verifying run with no event for this long looks stuck.
+    "STUCK_MINUTES": int(env_number("SHIFTLOG_STUCK_MINUTES", 10)),
     # /readyz and /metrics: with a token, callers send `Authorization: Bearer TOKEN`; without
     # one, they are for logged-in staff only.
     "METRICS_TOKEN": env_str("SHIFTLOG_METRICS_TOKEN"),

@@ -6,7 +6,7 @@ from django.templatetags.static import static
 from django.urls import path, register_converter
 from django.views.generic import RedirectView
 
-from dashboard import checkpoint_views, find_views, health, views
+from dashboard import checkpoint_views, find_views, health, overview_views, views
 
 
 class IdConverter:
@@ -26,7 +26,9 @@ register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("", views.runs, name="home"),
+    path("overview/", overview_views.overview_page, name="overview"),
     path("runs/new/", views.new_run, name="run-new"),
+    path("runs/compare/", overview_views.run_compare, name="run-compare"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
     *[

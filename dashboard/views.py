@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+from urllib.parse import urlencode
 
 from axes.handlers.proxy import AxesProxyHandler
 from django.conf import settings
@@ -15,14 +16,16 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.signals import user_login_failed
 from django.contrib.auth.tokens import default_token_generator
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, inputs, services
+from agents import approvals, inputs, overview, services
 from agents.blobstore import BlobStore
 from agents.models import (
     Artifact,
@@ -34,7 +37,7 @@ from agents.models import (
 )
 from agents.providers.scripted import builtin_script
 from dashboard import access, cards, markup, panels, stream
-from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet
+from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet, RunFilterForm
 from dashboard.redirects import safe_next
 
 RUNS_PER_PAGE = 25
@@ -46,25 +49,39 @@ INLINE_IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp"}  # never 
 @login_required
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
-    qs = access.visible_runs(request.user)
-    status = request.GET.get("status", "")
-    if status in RunStatus.values:
-        qs = qs.filter(status=status)
-    else:
-        status = ""
+    form = RunFilterForm(request.GET)
+    filters = form.active()
+    qs = filter_runs(access.visible_runs(request.user), filters)
     q = request.GET.get("q", "").replace("\x00", "").strip()[:200]
     if q:
         qs = qs.filter(goal__icontains=q)
     page = Paginator(qs.for_list(), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "page": page,
-        "status": status,
+        "form": form,
+        "status": filters.get("status", ""),
         "q": q,
         "statuses": RunStatus.choices,
-        "live_new_rows": page.number == 1 and not q,
+        "filter_query": urlencode(filters),
+        # Rows pushed live follow the status and search filters only: a list filtered by the
+        # Overview's figures is as it was loaded (the header's count stays live).
+        "rows_live": not (filters.keys() - {"status"}),
     }
     template = "runs/list.html#run-table" if request.htmx else "runs/list.html"
-    return render(request, template, context)
+    return render(request, template, context, status=400 if form.errors else 200)
+
+
+def filter_runs(qs: QuerySet[Run], filters: dict[str, str]) -> QuerySet[Run]:
+    """The runs list's filters; each is a figure of the Overview (agents.overview)."""
+    if filters.get("status"):
+        qs = qs.filter(status=filters["status"])
+    if filters.get("stuck"):
+        qs = overview.stuck(qs, timezone.now())
+    if filters.get("approvals"):
+        qs = overview.waiting_for_approval(qs)
+    if filters.get("since"):
+        qs = overview.spent_since(qs, overview.window_start(filters["since"], timezone.now()))
+    return qs
 
 
 @login_required
@@ -441,4 +458,4 @@ def login_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
     if request.method == "GET":
         return render(request, "login_link.html", {"username": user.get_username()})
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-    return redirect("home")
+    return redirect(settings.LOGIN_REDIRECT_URL)

@@ -34,7 +34,7 @@ def test_the_login_page_logs_in_with_a_password(client, owner):
     page = client.get("/accounts/login/")
     assert page.status_code == 200 and b'name="password"' in page.content
     response = client.post("/accounts/login/", {"username": "olivia", "password": "pw-olivia-1"})
-    assert response.status_code == 302 and response["Location"] == "/"
+    assert response.status_code == 302 and response["Location"] == "/overview/"
     assert client.get("/").status_code == 200
 
 

@@ -21,7 +21,7 @@ def log_in(password: str, username: str = "olivia", ip: str = "10.0.0.1"):
 
 
 def logged_in(response) -> bool:
-    return response.status_code == 302 and response.url == "/"
+    return response.status_code == 302 and response.url == "/overview/"
 
 
 def test_the_right_password_logs_in(owner):

@@ -55,7 +55,7 @@ def log_in(page, base: str) -> None:
     page.fill("#id_username", "eve")
     page.fill("#id_password", "pw-eve-12345")
     page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
+    page.wait_for_url(f"{base}/overview/")  # a person lands on the Overview
 
 
 def start_demo(page, base: str) -> int:
