@@ -37,7 +37,7 @@ import os
 import stat
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -88,7 +88,7 @@ def workspace_tar(cp: Checkpoint, out: BinaryIO) -> int:
     return written
 
 
-def tar_chunks(cp: Checkpoint) -> Iterator[bytes]:
+def tar_chunks(cp: Checkpoint) -> Generator[bytes, None, None]:
     """The .tar.gz of checkpoint `cp`'s workspace, in pieces. Checks the store first."""
     snaps = workspaces.store()
     try:
@@ -101,7 +101,7 @@ def tar_chunks(cp: Checkpoint) -> Iterator[bytes]:
     return _tar_stream(snaps.blobs, entries, tar_name(cp), int(cp.created_at.timestamp()))
 
 
-def _tar_stream(blobs, entries, top: str, mtime: int) -> Iterator[bytes]:
+def _tar_stream(blobs, entries, top: str, mtime: int) -> Generator[bytes, None, None]:
     gz = _Gzip()
     yield gz.feed(_header(top, tarfile.DIRTYPE, 0o755, mtime))
     for e in entries:
@@ -199,7 +199,7 @@ def patch(a: Checkpoint, b: Checkpoint | None) -> bytes:
     return b"".join(patch_chunks(a, b))
 
 
-def patch_chunks(a: Checkpoint, b: Checkpoint | None) -> Iterator[bytes]:
+def patch_chunks(a: Checkpoint, b: Checkpoint | None) -> Generator[bytes, None, None]:
     """The patch from a to b in pieces. Checks trees, blobs and the workspace first."""
     snaps = workspaces.store()
     live = None
@@ -321,7 +321,7 @@ def _notes(a: Checkpoint, b: Checkpoint | None, plan: _Plan) -> bytes:
     return ("\n".join(lines) + "\n\n").encode("ascii", "backslashreplace")
 
 
-def _patch_stream(blobs, head: bytes, plan: _Plan) -> Iterator[bytes]:
+def _patch_stream(blobs, head: bytes, plan: _Plan) -> Generator[bytes, None, None]:
     yield head
     for raw, old, new in plan.files:
         if old is not None and new is not None and old.kind != new.kind:

@@ -131,7 +131,7 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 # --- diff ------------------------------------------------------------------------------------
-def _sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
+def sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
     """Checkpoints a and b (None for `live`, the default) of this run, in one query."""
     try:
         a_id = inputs.object_id(a or "", what="a")
@@ -171,7 +171,7 @@ def change_view(c) -> dict:
 def checkpoint_diff(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live (b defaults to live): what changed from a to b."""
     run = access.get_run_for_user(request.user, run_id)
-    a, b = _sides(run, request.GET.get("a"), request.GET.get("b"))
+    a, b = sides(run, request.GET.get("a"), request.GET.get("b"))
     changes = [change_view(c) for c in checkpoints.diff(a, b)]
     counts: dict[str, int] = {}
     for c in changes:

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from dashboard import checkpoint_views, health, views
+from dashboard import checkpoint_views, export_views, health, views
 
 
 class IdConverter:
@@ -49,6 +49,12 @@ urlpatterns = [
         for action in checkpoint_views.ACTIONS
     ],
     path("runs/<id:run_id>/diff/", checkpoint_views.checkpoint_diff, name="checkpoint-diff"),
+    path(
+        "runs/<id:run_id>/checkpoints/<id:checkpoint_id>/export.tar.gz",
+        export_views.checkpoint_export,
+        name="checkpoint-export",
+    ),
+    path("runs/<id:run_id>/diff.patch", export_views.checkpoint_patch, name="checkpoint-patch"),
     path(
         "runs/<id:run_id>/artifacts/<id:artifact_id>/",
         views.artifact_view,
