@@ -241,7 +241,7 @@ class _Plan:
             old = _side(c, "old", raw, None)
             new = _side(c, "new", raw, live)
             if c.old_type == "d" or c.new_type == "d":
-                self._folder(c, raw, paths[i + 1 :])
+                self._folder(c, raw, paths[i + 1] if i + 1 < len(paths) else b"")
             if old is None and new is None:
                 continue
             if old and new and old.mode == new.mode and c.old_mode != c.new_mode:
@@ -252,9 +252,9 @@ class _Plan:
                 self.perms.append(f"{git_quote(raw)} {c.new_mode:04o} (git gives {new.mode:o})")
             self.files.append((raw, old, new))
 
-    def _folder(self, c: Change, raw: bytes, after: list[bytes]) -> None:
-        inside = raw + b"/"
-        empty = not any(p.startswith(inside) for p in after)
+    def _folder(self, c: Change, raw: bytes, following: bytes) -> None:
+        # Changes come depth first: what a folder holds follows it at once.
+        empty = not following.startswith(raw + b"/")
         if c.status == "mode_changed":
             self.dir_modes.append(f"{git_quote(raw)} {c.old_mode:04o} -> {c.new_mode:04o}")
         elif empty and c.new_type == "d":
