@@ -197,6 +197,8 @@ def test_symlinks_type_changes_and_modes(run, tmp_path):
             "becomes-dir": b"file\n",
             "dir-becomes-file/inner.txt": b"inner\n",
             "link-becomes-file": ("link", "target.txt"),
+            "dir-becomes-link/inner.txt": b"inner\n",
+            "link-becomes-dir": ("link", "target.txt"),
             "run.sh": b"echo hi\n",
             "tool": ("x", b"#!/bin/sh\n"),
             "secret": ("mode", 0o600, b"s\n"),
@@ -213,6 +215,9 @@ def test_symlinks_type_changes_and_modes(run, tmp_path):
             "becomes-dir/child.txt": b"child\n",
             "dir-becomes-file": b"now a file\n",
             "link-becomes-file": b"was a link\n",
+            "dir-becomes-link": ("link", "target.txt"),
+            "link-becomes-dir": None,
+            "link-becomes-dir/inner.txt": b"inner\n",
             "run.sh": ("x", b"echo hi\n"),
             "tool": b"#!/bin/sh\n",
             "secret": ("mode", 0o640, b"s\n"),
@@ -343,7 +348,8 @@ def test_a_live_file_changed_mid_export_is_an_error(run):
 
 def test_missing_blobs_and_workspaces_fail_before_the_first_byte(run):
     a = checkpoint(run, {"x.txt": b"old\n"})
-    b = checkpoint(run, {"x.txt": b"new content\n"})
+    # Contents of their own: the store is shared by the session's tests, and this one damages it.
+    b = checkpoint(run, {"x.txt": os.urandom(16)})
     BlobStore().path(b.tree).rename(BlobStore().root / "hidden")
     with pytest.raises(export.ExportError, match="cannot be"):
         export.patch_chunks(a, b)
@@ -397,9 +403,10 @@ def test_the_tar_extracts_to_exactly_the_checkpoints_tree(run, tmp_path):
 
 
 def test_a_corrupt_blob_breaks_the_tar_off(run):
-    cp = checkpoint(run, {"a.txt": b"a" * 100, "b.txt": b"b" * 100})
+    b = os.urandom(100)  # its own blob: the session's tests share the store
+    cp = checkpoint(run, {"a.txt": b"a" * 100, "b.txt": b})
     digest = workspaces.store().files(cp.tree)["b.txt"].hash
-    BlobStore().path(digest).write_bytes(b"c" * 100)
+    BlobStore().path(digest).write_bytes(bytes(100))
     chunks = export.tar_chunks(cp)
     with pytest.raises(export.ExportError, match="corrupt"):
         b"".join(chunks)
@@ -471,7 +478,7 @@ def test_cli_writes_a_patch(run, tmp_path):
 
 
 def test_cli_errors_exit_2_and_leave_no_file(run, tmp_path):
-    a = checkpoint(run, {"a.txt": b"a\n"})
+    a = checkpoint(run, {"a.txt": os.urandom(16)})  # its own blob: corrupted below
     assert "no checkpoint" in cli_failing("999999", "--out", str(tmp_path / "t.tar.gz"))
     assert "no checkpoint" in cli_failing("nope", "--out", str(tmp_path / "t.tar.gz"))
     assert "--out" in cli_failing(str(a.pk))
@@ -484,3 +491,11 @@ def test_cli_errors_exit_2_and_leave_no_file(run, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
     shutil.rmtree(run.workspace_path)
     assert "workspace" in cli_failing("live", "--patch-from", str(a.pk))
+
+
+def test_cli_writes_to_standard_output(run, capsysbinary):
+    a = checkpoint(run, {"a.txt": b"a\n", "b.bin": b"\0"})
+    call_command("export_checkpoint", str(a.pk), "--out", "-")
+    assert capsysbinary.readouterr().out == b"".join(export.tar_chunks(a))
+    put(run.workspace_path, {"a.txt": b"changed\n"})
+    assert cli("live", "--patch-from", str(a.pk)).encode() == export.patch(a, None)

@@ -4,6 +4,7 @@ owner, a viewer and an outsider; streamed, and under ASGI one chunk at a time.""
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 
 import pytest
@@ -101,7 +102,9 @@ def test_a_missing_blob_is_a_clear_409_not_a_500(run, owner):
     from agents import workspaces
     from agents.blobstore import BlobStore
 
-    digest = workspaces.store().files(run.second.tree)["b.bin"].hash
+    (run.workspace_path / "own.bin").write_bytes(os.urandom(16))  # the store is shared
+    run.second = checkpoints.create(run.pk, kind="manual", actor="test")
+    digest = workspaces.store().files(run.second.tree)["own.bin"].hash
     BlobStore().path(digest).unlink()
     response = client_for(owner).get(tar_url(run, run.second))
     assert response.status_code == 409 and b"not in the store" in response.content
