@@ -318,6 +318,8 @@ def _notes(a: Checkpoint, b: Checkpoint | None, plan: _Plan) -> bytes:
             lines.append(f"    and {len(items) - NOTES_LISTED} more")
     if plan.git_paths:
         lines.append(f"  Changes inside .git folders, left out: {plan.git_paths}")
+    if not plan.files:
+        lines.append("No file changes: `git apply` finds no patch in it (it says so).")
     return ("\n".join(lines) + "\n\n").encode("ascii", "backslashreplace")
 
 

@@ -307,6 +307,15 @@ def test_what_git_cannot_carry_is_listed_and_dot_git_left_out(run, tmp_path):
     assert (repo / "file.txt").read_bytes() == b"kept\n"
 
 
+def test_no_changes_says_so(run):
+    a = checkpoint(run, {"a.txt": b"same\n"})
+    assert (
+        export.patch(a, a)
+        .decode()
+        .endswith("No file changes: `git apply` finds no patch in it (it says so).\n\n")
+    )
+
+
 def test_a_patch_against_the_live_workspace_and_across_runs(run, tmp_path):
     a = checkpoint(run, {"a.txt": b"1\n", "bin": b"\0\1", "d/x": b"x\n"})
     put(
