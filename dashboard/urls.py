@@ -6,7 +6,7 @@ from django.templatetags.static import static
 from django.urls import path, register_converter
 from django.views.generic import RedirectView
 
-from dashboard import checkpoint_views, find_views, health, overview_views, views
+from dashboard import checkpoint_views, export_views, find_views, health, overview_views, views
 
 
 class IdConverter:
@@ -55,6 +55,12 @@ urlpatterns = [
         for action in checkpoint_views.ACTIONS
     ],
     path("runs/<id:run_id>/diff/", checkpoint_views.checkpoint_diff, name="checkpoint-diff"),
+    path(
+        "runs/<id:run_id>/checkpoints/<id:number>/export.tar.gz",
+        export_views.checkpoint_export,
+        name="checkpoint-export",
+    ),
+    path("runs/<id:run_id>/diff.patch", export_views.checkpoint_patch, name="checkpoint-patch"),
     path(
         "runs/<id:run_id>/artifacts/<id:artifact_id>/",
         views.artifact_view,

@@ -8,7 +8,7 @@ import getpass
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from agents import inputs
+from agents import checkpoints, inputs
 from agents.models import Run
 from agents.services import RunError
 
@@ -63,3 +63,18 @@ class RunCommand(BaseCommand):
             return super().execute(*args, **options)
         except RunError as e:
             raise fail(str(e)) from None
+
+
+def named_checkpoint(run_id: int, text: str):
+    """A checkpoint as people name it: `N` (checkpoint N of the run) or `RUN:N` (checkpoint N of
+    another run, e.g. a fork's origin); a clear error (exit 2) otherwise."""
+    run_part, _, number = str(text).rpartition(":")
+    if run_part:
+        try:
+            run_id = inputs.object_id(run_part, what="a run id")
+        except inputs.InputError:
+            raise fail(f"{text!r}: expected N or RUN:N") from None
+    try:
+        return checkpoints.by_number(run_id, number)
+    except checkpoints.CheckpointError as e:
+        raise fail(str(e)) from None

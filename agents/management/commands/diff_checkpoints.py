@@ -1,29 +1,12 @@
 from __future__ import annotations
 
-import argparse
 import json
 
 from django.core.management.base import BaseCommand
 
 from agents import checkpoints
-from agents.management.base import fail, get_run, id_arg
-from agents.models import Checkpoint
+from agents.management.base import get_run, id_arg, named_checkpoint
 from agents.snapshots import display
-
-
-def _get(run_id: int, text: str) -> Checkpoint:
-    """`N` (checkpoint N of the run) or `RUN:N` (checkpoint N of another run, e.g. a fork's
-    origin)."""
-    run_part, _, number = text.rpartition(":")
-    if run_part:
-        try:
-            run_id = id_arg(run_part)
-        except argparse.ArgumentTypeError:
-            raise fail(f"{text!r}: expected N or RUN:N") from None
-    try:
-        return checkpoints.by_number(run_id, number)
-    except checkpoints.CheckpointError as e:
-        raise fail(str(e)) from None
 
 
 class Command(BaseCommand):
@@ -41,8 +24,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         run = get_run(o["run_id"])
-        a = _get(run.pk, o["a"])
-        b = None if o["b"] == "live" else _get(run.pk, o["b"])
+        a = named_checkpoint(run.pk, o["a"])
+        b = None if o["b"] == "live" else named_checkpoint(run.pk, o["b"])
         changes = checkpoints.diff(a, b)
         if o["json"]:
             self.stdout.write(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
