@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from dashboard import checkpoint_views, health, views
+from dashboard import checkpoint_views, health, timeline_views, views
 
 
 class IdConverter:
@@ -27,6 +27,9 @@ urlpatterns = [
     path("runs/new/", views.new_run, name="run-new"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
+    path("runs/<id:run_id>/events/<id:seq>/", timeline_views.run_event, name="run-event"),
+    path("runs/<id:run_id>/timeline/", timeline_views.run_timeline, name="run-timeline"),
+    path("runs/<id:run_id>/timeline.json", timeline_views.timeline_json, name="run-timeline-json"),
     *[
         path(
             f"runs/<id:run_id>/{action}",

@@ -1,0 +1,396 @@
+"""A run's timeline, indexed in this web process's memory: what the timeline page asks of a run
+answered with bisections, prefix sums and block maxima instead of a pass over its event log.
+
+Reading the log for every request took 200-300 ms at 100,000 events (a model turn's latency and
+usage, a tool call's name and error sit in the JSON payload), so each run's index is built once
+(only the payload keys it needs are read, by the database) and then extended with only the events
+appended since. The log is append-only, so an index is never wrong, only behind. One lock guards
+every index; together they stay under `MEMORY_CAP_BYTES` (least recently used runs dropped).
+
+Items (model turns and tool calls) are kept ordered by (session index, seq): a session's items, and
+a lane of consecutive sessions, are then one contiguous range, and inside it both seq and start
+time ascend (sessions run one after another).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection
+
+from agents.models import Event, EventKind, Run, Session
+
+MEMORY_CAP_BYTES = 50 * 2**20
+BLOCK = 64  # items per block of the block maxima
+TURN, TOOL = 0, 1
+OPEN = -1.0  # the end of a call that has no result yet
+
+
+def _num(value: Any) -> float:
+    """A number from a payload (cost is stored as text); anything else counts as 0."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value) if isinstance(value, str) else 0.0
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class Span:
+    """A stretch the run waited: for a person (`approval`) or paused (`paused`)."""
+
+    kind: str
+    start_seq: int
+    start_ms: float
+    end_seq: int | None = None
+    end_ms: float | None = None
+
+
+@dataclass
+class Mark:
+    """A checkpoint, or a rewind back to one."""
+
+    seq: int
+    ms: float
+    checkpoint_id: int
+    kind: str = ""
+    label: str = ""
+    to_seq: int = 0  # rewinds: the checkpoint's seq and the last seq it abandoned
+    from_seq: int = 0
+
+
+@dataclass
+class RunIndex:
+    run_id: int
+    last_seq: int = 0
+    # Every event, in seq order: its seq and time (ms since the epoch, never decreasing).
+    ev_seq: array = field(default_factory=lambda: array("q"))
+    ev_ms: array = field(default_factory=lambda: array("d"))
+    # Sessions by index: the seqs of their first and last events; ids to indexes.
+    session_index: dict[int, int] = field(default_factory=dict)
+    session_seqs: dict[int, list[int]] = field(default_factory=dict)
+    # Items, ordered by (session, seq). `key` is the start made non-decreasing, for bisection.
+    it_seq: array = field(default_factory=lambda: array("q"))
+    it_end_seq: array = field(default_factory=lambda: array("q"))
+    it_start: array = field(default_factory=lambda: array("d"))
+    it_end: array = field(default_factory=lambda: array("d"))
+    it_key: array = field(default_factory=lambda: array("d"))
+    it_kind: array = field(default_factory=lambda: array("b"))
+    it_err: array = field(default_factory=lambda: array("b"))
+    it_session: array = field(default_factory=lambda: array("l"))
+    it_name: array = field(default_factory=lambda: array("l"))
+    it_cost: array = field(default_factory=lambda: array("d"))
+    it_tokens: array = field(default_factory=lambda: array("q"))
+    # Prefix sums over items (length n + 1) and the longest finished item per BLOCK items.
+    err_pre: array = field(default_factory=lambda: array("q", [0]))
+    block_max: array = field(default_factory=lambda: array("d"))
+    # The first item of each session (by index), and one past its last.
+    session_lo: dict[int, int] = field(default_factory=dict)
+    session_hi: dict[int, int] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    name_ids: dict[str, int] = field(default_factory=dict)
+    open_calls: dict[str, int] = field(default_factory=dict)  # tool_use_id -> item
+    # Model turns in seq order with the run's cumulative usage after each.
+    turn_seq: array = field(default_factory=lambda: array("q"))
+    turn_ms: array = field(default_factory=lambda: array("d"))
+    cum_tokens: array = field(default_factory=lambda: array("q"))
+    cum_cost: array = field(default_factory=lambda: array("d"))
+    spans: list[Span] = field(default_factory=list)
+    checkpoints: list[Mark] = field(default_factory=list)
+    rewinds: list[Mark] = field(default_factory=list)
+    _pending: list[list] = field(default_factory=list)  # items of a session already passed
+    _pending_calls: dict[str, list] = field(default_factory=dict)
+
+    # --- building ------------------------------------------------------------------------------
+    def extend(self, upto: int) -> None:
+        """Read the events appended after `last_seq`, up to `upto`, and add them."""
+        if upto <= self.last_seq:
+            return
+        rows = _read(self.run_id, self.last_seq, upto)
+        if not rows:
+            return
+        new_sessions = {r[2] for r in rows if r[2] is not None} - set(self.session_index)
+        if new_sessions:
+            self.session_index.update(
+                Session.objects.filter(pk__in=new_sessions).values_list("pk", "index")
+            )
+        index = self.session_index
+        for seq, kind, session_id, created, details in rows:
+            ms = _text_ms(created) if isinstance(created, str) else created.timestamp() * 1000.0
+            if isinstance(details, str):
+                details = json.loads(details)
+            self._add(seq, kind, index.get(session_id), ms, details)
+        self.last_seq = rows[-1][0]
+        if self._pending:
+            self._resort()
+
+    def _add(self, seq: int, kind: str, session: int | None, ms: float, details) -> None:
+        if self.ev_ms and ms < self.ev_ms[-1]:
+            ms = self.ev_ms[-1]  # clocks of two processes: keep time from running backwards
+        self.ev_seq.append(seq)
+        self.ev_ms.append(ms)
+        if session is not None:
+            seqs = self.session_seqs.setdefault(session, [seq, seq])
+            seqs[1] = seq
+        d = details
+        if kind == EventKind.MODEL_TURN and d is not None:
+            latency, i_tok, o_tok, cr_tok, cw_tok, cost, model = d
+            tokens = sum(int(_num(v)) for v in (i_tok, o_tok, cr_tok, cw_tok))
+            usd = _num(cost)
+            self.turn_seq.append(seq)
+            self.turn_ms.append(ms)
+            self.cum_tokens.append((self.cum_tokens[-1] if self.cum_tokens else 0) + tokens)
+            self.cum_cost.append((self.cum_cost[-1] if self.cum_cost else 0.0) + usd)
+            start = ms - max(0.0, _num(latency))
+            self._item(seq, seq, start, ms, TURN, 0, session, str(model or "model"), usd, tokens)
+        elif kind == EventKind.TOOL_CALL and d is not None:
+            pos = self._item(seq, 0, ms, OPEN, TOOL, 0, session, str(d[1] or "tool"), 0.0, 0)
+            if pos is None:
+                self._pending_calls[str(d[0])] = self._pending[-1]
+            else:
+                self.open_calls[str(d[0])] = pos
+        elif kind == EventKind.TOOL_RESULT and d is not None:
+            self._close(str(d[0]), seq, ms, bool(d[1]))
+        elif kind == EventKind.RUN_STATUS and d is not None:
+            self._status(str(d[0]), seq, ms)
+        elif kind == EventKind.CHECKPOINT_CREATED and d is not None:
+            cid, ckind, label = d
+            self.checkpoints.append(
+                Mark(seq, ms, int(_num(cid)), str(ckind or ""), str(label or ""))
+            )
+        elif kind == EventKind.RUN_REWOUND and d is not None:
+            cid, to_seq, from_seq = d
+            self.rewinds.append(
+                Mark(seq, ms, int(_num(cid)), "rewind", "", int(_num(to_seq)), int(_num(from_seq)))
+            )
+
+    def _status(self, to: str, seq: int, ms: float) -> None:
+        if self.spans and self.spans[-1].end_seq is None:
+            self.spans[-1].end_seq, self.spans[-1].end_ms = seq, ms
+        if to in ("awaiting_approval", "paused"):
+            self.spans.append(Span("approval" if to == "awaiting_approval" else "paused", seq, ms))
+
+    def _item(self, seq, end_seq, start, end, kind, err, session, name, cost, tokens) -> int | None:
+        if session is None:
+            session = 0  # a turn outside any session (never written so; kept all the same)
+        name_id = self.name_ids.setdefault(name, len(self.names))
+        if name_id == len(self.names):
+            self.names.append(name)
+        row = [session, seq, end_seq, start, end, kind, err, name_id, cost, tokens]
+        if self._pending or (self.it_session and session < self.it_session[-1]):
+            self._pending.append(row)  # an older session's item: sorted in after this batch
+            return None
+        return self._append(row)
+
+    def _append(self, row: list) -> int:
+        session, seq, end_seq, start, end, kind, err, name_id, cost, tokens = row
+        n = len(self.it_seq)
+        self.it_session.append(session)
+        self.it_seq.append(seq)
+        self.it_end_seq.append(end_seq)
+        self.it_start.append(start)
+        self.it_end.append(end)
+        self.it_key.append(max(start, self.it_key[-1]) if n else start)
+        self.it_kind.append(kind)
+        self.it_err.append(err)
+        self.it_name.append(name_id)
+        self.it_cost.append(cost)
+        self.it_tokens.append(tokens)
+        self.err_pre.append(self.err_pre[-1] + err)
+        self.session_lo.setdefault(session, n)
+        self.session_hi[session] = n + 1
+        if n % BLOCK == 0:
+            self.block_max.append(0.0)
+        if end != OPEN:
+            self.block_max[-1] = max(self.block_max[-1], end - start)
+        return n
+
+    def _close(self, tool_use_id: str, seq: int, ms: float, error: bool) -> None:
+        pos = self.open_calls.pop(tool_use_id, None)
+        if pos is None:
+            row = self._pending_calls.pop(tool_use_id, None)
+            if row is not None:  # a call still waiting to be sorted in
+                row[2], row[4], row[6] = seq, ms, int(error)
+            return
+        self.it_end[pos] = ms
+        self.it_end_seq[pos] = seq
+        b = pos // BLOCK
+        self.block_max[b] = max(self.block_max[b], ms - self.it_start[pos])
+        if error and not self.it_err[pos]:
+            self.it_err[pos] = 1
+            for i in range(pos + 1, len(self.err_pre)):
+                self.err_pre[i] += 1
+
+    def _resort(self) -> None:
+        """Items arrived for a session before the newest: rebuild the item arrays in order."""
+        rows = [
+            [
+                self.it_session[i],
+                self.it_seq[i],
+                self.it_end_seq[i],
+                self.it_start[i],
+                self.it_end[i],
+                self.it_kind[i],
+                self.it_err[i],
+                self.it_name[i],
+                self.it_cost[i],
+                self.it_tokens[i],
+            ]
+            for i in range(len(self.it_seq))
+        ] + self._pending
+        open_seqs = {self.it_seq[p]: k for k, p in self.open_calls.items()}
+        open_seqs.update({row[1]: k for k, row in self._pending_calls.items()})
+        self._pending, self._pending_calls = [], {}
+        rows.sort(key=lambda r: (r[0], r[1]))
+        for name in ("it_seq", "it_end_seq", "it_tokens"):
+            setattr(self, name, array("q"))
+        for name in ("it_start", "it_end", "it_key", "it_cost", "block_max"):
+            setattr(self, name, array("d"))
+        self.it_kind, self.it_err = array("b"), array("b")
+        self.it_session, self.it_name = array("l"), array("l")
+        self.err_pre = array("q", [0])
+        self.session_lo, self.session_hi = {}, {}
+        self.open_calls = {}
+        for row in rows:
+            pos = self._append(row)
+            if row[1] in open_seqs and row[4] == OPEN:
+                self.open_calls[open_seqs[row[1]]] = pos
+
+    # --- reading -------------------------------------------------------------------------------
+    def nbytes(self) -> int:
+        arrays = [v for v in vars(self).values() if isinstance(v, array)]
+        return sum(a.itemsize * len(a) for a in arrays) + 200 * (
+            len(self.spans) + len(self.checkpoints) + len(self.rewinds) + len(self.session_seqs)
+        )
+
+    def ms_at(self, seq: int) -> float:
+        """The time of the event at seq (or of the first one after it)."""
+        i = min(bisect_left(self.ev_seq, seq), len(self.ev_seq) - 1)
+        return self.ev_ms[i]
+
+    def seq_at(self, ms: float) -> int:
+        """The seq of the first event at or after `ms` (the last event when none is)."""
+        i = min(bisect_left(self.ev_ms, ms), len(self.ev_seq) - 1)
+        return self.ev_seq[i]
+
+    def sessions_in(self, lo: int, hi: int) -> list[int]:
+        """Session indexes with events in [lo, hi], in order."""
+        return sorted(s for s, (a, b) in self.session_seqs.items() if a <= hi and b >= lo)
+
+    def item_range(self, first: int, last: int, lo: int, hi: int) -> tuple[int, int]:
+        """The items of sessions first..last (a lane) whose seq is in [lo, hi]."""
+        starts = [self.session_lo[s] for s in range(first, last + 1) if s in self.session_lo]
+        if not starts:
+            return 0, 0
+        a = min(starts)
+        b = max(self.session_hi[s] for s in range(first, last + 1) if s in self.session_hi)
+        return bisect_left(self.it_seq, lo, a, b), bisect_right(self.it_seq, hi, a, b)
+
+    def longest(self, a: int, b: int, now_ms: float) -> tuple[int, float]:
+        """The longest item in [a, b): its position and duration (a running call counts up to
+        `now_ms`). Whole blocks by their maxima, the ends one by one."""
+        best, best_d = -1, -1.0
+        i = a
+        while i < b:
+            if i % BLOCK == 0 and i + BLOCK <= b:
+                if self.block_max[i // BLOCK] > best_d:
+                    for j in range(i, i + BLOCK):
+                        if self.it_end[j] != OPEN and self.it_end[j] - self.it_start[j] > best_d:
+                            best, best_d = j, self.it_end[j] - self.it_start[j]
+                i += BLOCK
+                continue
+            if self.it_end[i] != OPEN and self.it_end[i] - self.it_start[i] > best_d:
+                best, best_d = i, self.it_end[i] - self.it_start[i]
+            i += 1
+        for pos in self.open_calls.values():
+            if a <= pos < b and now_ms - self.it_start[pos] > best_d:
+                best, best_d = pos, now_ms - self.it_start[pos]
+        return best, max(best_d, 0.0)
+
+    def usage_at(self, seq: int) -> tuple[int, float]:
+        """The run's cumulative tokens and dollars after the events up to seq."""
+        i = bisect_right(self.turn_seq, seq)
+        return (self.cum_tokens[i - 1], self.cum_cost[i - 1]) if i else (0, 0.0)
+
+
+# The payload keys each kind needs, read by the database as one small JSON array a row (the
+# payloads themselves, a tool's whole output say, never reach Python).
+KEYS = {
+    EventKind.MODEL_TURN: (
+        "latency_ms",
+        "usage.input_tokens",
+        "usage.output_tokens",
+        "usage.cache_read_input_tokens",
+        "usage.cache_creation_input_tokens",
+        "cost_usd",
+        "model",
+    ),
+    EventKind.TOOL_CALL: ("tool_use_id", "name"),
+    EventKind.TOOL_RESULT: ("tool_use_id", "is_error"),
+    EventKind.RUN_STATUS: ("to", "from"),
+    EventKind.CHECKPOINT_CREATED: ("checkpoint_id", "kind", "label"),
+    EventKind.RUN_REWOUND: ("checkpoint_id", "to_seq", "from_seq"),
+}
+
+
+def _extract(keys: tuple[str, ...]) -> str:
+    if connection.vendor == "postgresql":
+        paths = ", ".join("payload #> '{" + k.replace(".", ",") + "}'" for k in keys)
+        return f"jsonb_build_array({paths})::text"
+    paths = ", ".join(f"'$.{k}'" for k in keys)
+    return f"json_extract(payload, {paths})"
+
+
+def _read(run_id: int, after: int, upto: int) -> list[tuple]:
+    """(seq, kind, session_id, created_at, the kind's keys as JSON text or None) per event."""
+    cases = " ".join(f"WHEN '{kind}' THEN {_extract(keys)}" for kind, keys in KEYS.items())
+    sql = (
+        f"SELECT seq, kind, session_id, created_at, CASE kind {cases} END "
+        f"FROM {Event._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run_id, after, upto])
+        return cursor.fetchall()
+
+
+def _text_ms(text: str) -> float:
+    """SQLite's stored time (UTC, no zone) in ms since the epoch."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000.0
+
+
+# --- this process's indexes --------------------------------------------------------------------
+LOCK = threading.Lock()
+_INDEXES: OrderedDict[tuple[int, float], RunIndex] = OrderedDict()
+
+
+def index_for(run: Run) -> RunIndex:
+    """The run's index, extended to its last event. Call with LOCK held."""
+    key = (run.pk, run.created_at.timestamp())  # a test database may hand an id out again
+    index = _INDEXES.get(key)
+    if index is None or index.last_seq > run.last_seq:
+        index = _INDEXES[key] = RunIndex(run.pk)
+    _INDEXES.move_to_end(key)
+    index.extend(run.last_seq)
+    _trim()
+    return index
+
+
+def _trim() -> None:
+    total = sum(i.nbytes() for i in _INDEXES.values())
+    while total > MEMORY_CAP_BYTES and len(_INDEXES) > 1:
+        _, dropped = _INDEXES.popitem(last=False)
+        total -= dropped.nbytes()
+
+
+def forget_all() -> None:
+    """Drop every index (tests)."""
+    with LOCK:
+        _INDEXES.clear()
