@@ -106,6 +106,7 @@ def run_event(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
             "rows": rows,
             "target_seq": seq,
             "target_pk": target,
+            "last_shown": rows[-1].seq,
             "earlier": max(1, seq - 2 * AROUND - 1) if rows and rows[0].seq > 1 else None,
             "later": seq + 2 * AROUND + 1 if rows and rows[-1].seq < run.last_seq else None,
             "policy_form": PolicyForm(initial={"rules": json.dumps(run.tool_policy, indent=2)}),
