@@ -378,10 +378,12 @@
       if (act) { e.preventDefault(); self.key(act); }
     });
     window.addEventListener("popstate", function () { self.load(); });
-    var resized = null;
+    var resized = null, lastWidth = this.width();
     window.addEventListener("resize", function () {
       clearTimeout(resized);
-      resized = setTimeout(function () { self.load(); }, 250);
+      resized = setTimeout(function () {
+        if (self.width() !== lastWidth) { lastWidth = self.width(); self.load(); }
+      }, 250);
     });
   };
 
