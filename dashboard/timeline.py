@@ -292,8 +292,8 @@ class Answer:
             cost, tokens = 0.0, 0
             for s in group:
                 a, b = ix.item_range(s, s, w.first, w.last)
-                cost += sum(ix.it_cost[a:b])
-                tokens += sum(ix.it_tokens[a:b])
+                cost += ix.cost_pre[b] - ix.cost_pre[a]
+                tokens += ix.tokens_pre[b] - ix.tokens_pre[a]
             label = str(group[0]) if len(group) == 1 else f"{group[0]}\u2013{group[-1]}"
             bars.append({"label": label, "cost": round(cost, 6), "tokens": tokens})
         return bars
@@ -302,16 +302,19 @@ class Answer:
         """Median and p90 duration per tool of the finished calls in the window, from at most
         TOOL_SAMPLE calls taken evenly."""
         ix = self.ix
-        total = sum(b - a for a, b in self.ranges_by_lane)
-        stride = max(1, math.ceil(total / (2 * TOOL_SAMPLE)))
+        spans = [
+            (bisect_left(ix.tool_pos, a), bisect_left(ix.tool_pos, b))
+            for a, b in self.ranges_by_lane
+        ]
+        total = sum(j - i for i, j in spans)
+        stride = max(1, math.ceil(total / TOOL_SAMPLE))
         by_name: dict[str, list[float]] = {}
         calls = 0
-        for a, b in self.ranges_by_lane:
-            for pos in range(a, b, stride):
-                if ix.it_kind[pos] == TOOL and ix.it_end[pos] != OPEN and calls < TOOL_SAMPLE:
-                    by_name.setdefault(ix.names[ix.it_name[pos]], []).append(
-                        ix.it_end[pos] - ix.it_start[pos]
-                    )
+        start, end, name, names = ix.it_start, ix.it_end, ix.it_name, ix.names
+        for i, j in spans:
+            for pos in ix.tool_pos[i:j:stride]:
+                if end[pos] != OPEN:
+                    by_name.setdefault(names[name[pos]], []).append(end[pos] - start[pos])
                     calls += 1
         rows = []
         for name, ds in sorted(by_name.items()):

@@ -25,10 +25,10 @@ from typing import Any
 
 from django.db import connection
 
-from agents.models import Event, EventKind, Run, Session
+from agents.models import Event, Run, Session
 
 MEMORY_CAP_BYTES = 50 * 2**20
-BLOCK = 64  # items per block of the block maxima
+BLOCK = 16  # items per block of the block maxima
 TURN, TOOL = 0, 1
 OPEN = -1.0  # the end of a call that has no result yet
 
@@ -91,10 +91,14 @@ class RunIndex:
     it_tokens: array = field(default_factory=lambda: array("q"))
     # Prefix sums over items (length n + 1) and the longest finished item per BLOCK items.
     err_pre: array = field(default_factory=lambda: array("q", [0]))
+    cost_pre: array = field(default_factory=lambda: array("d", [0.0]))
+    tokens_pre: array = field(default_factory=lambda: array("q", [0]))
     block_max: array = field(default_factory=lambda: array("d"))
     # The first item of each session (by index), and one past its last.
     session_lo: dict[int, int] = field(default_factory=dict)
     session_hi: dict[int, int] = field(default_factory=dict)
+    item_sessions: array = field(default_factory=lambda: array("l"))  # sessions with items
+    tool_pos: array = field(default_factory=lambda: array("l"))  # the tool calls among items
     names: list[str] = field(default_factory=list)
     name_ids: dict[str, int] = field(default_factory=dict)
     open_calls: dict[str, int] = field(default_factory=dict)  # tool_use_id -> item
@@ -122,28 +126,35 @@ class RunIndex:
             self.session_index.update(
                 Session.objects.filter(pk__in=new_sessions).values_list("pk", "index")
             )
-        index = self.session_index
-        for seq, kind, session_id, created, details in rows:
+        index, ev_ms = self.session_index, self.ev_ms
+        last_ms = ev_ms[-1] if ev_ms else 0.0
+        times = []
+        loads = json.loads
+        for seq, kind, session_id, created, d in rows:
             ms = _text_ms(created) if isinstance(created, str) else created.timestamp() * 1000.0
-            if isinstance(details, str):
-                details = json.loads(details)
-            self._add(seq, kind, index.get(session_id), ms, details)
+            if ms < last_ms:
+                ms = last_ms  # clocks of two processes: keep time from running backwards
+            last_ms = ms
+            times.append(ms)
+            session = index.get(session_id)
+            if session is not None:
+                seqs = self.session_seqs.get(session)
+                if seqs is None:
+                    self.session_seqs[session] = [seq, seq]
+                else:
+                    seqs[1] = seq
+            if d is not None:
+                self._add(seq, kind, session, ms, loads(d) if isinstance(d, str) else d)
+        self.ev_seq.extend(r[0] for r in rows)
+        ev_ms.extend(times)
         self.last_seq = rows[-1][0]
         if self._pending:
             self._resort()
 
-    def _add(self, seq: int, kind: str, session: int | None, ms: float, details) -> None:
-        if self.ev_ms and ms < self.ev_ms[-1]:
-            ms = self.ev_ms[-1]  # clocks of two processes: keep time from running backwards
-        self.ev_seq.append(seq)
-        self.ev_ms.append(ms)
-        if session is not None:
-            seqs = self.session_seqs.setdefault(session, [seq, seq])
-            seqs[1] = seq
-        d = details
-        if kind == EventKind.MODEL_TURN and d is not None:
+    def _add(self, seq: int, kind: str, session: int | None, ms: float, d: list) -> None:
+        if kind == "model.turn":
             latency, i_tok, o_tok, cr_tok, cw_tok, cost, model = d
-            tokens = sum(int(_num(v)) for v in (i_tok, o_tok, cr_tok, cw_tok))
+            tokens = int(_num(i_tok) + _num(o_tok) + _num(cr_tok) + _num(cw_tok))
             usd = _num(cost)
             self.turn_seq.append(seq)
             self.turn_ms.append(ms)
@@ -151,23 +162,23 @@ class RunIndex:
             self.cum_cost.append((self.cum_cost[-1] if self.cum_cost else 0.0) + usd)
             start = ms - max(0.0, _num(latency))
             self._item(seq, seq, start, ms, TURN, 0, session, str(model or "model"), usd, tokens)
-        elif kind == EventKind.TOOL_CALL and d is not None:
+        elif kind == "tool.call":
             pos = self._item(seq, 0, ms, OPEN, TOOL, 0, session, str(d[1] or "tool"), 0.0, 0)
             if pos is None:
                 self._pending_calls[str(d[0])] = self._pending[-1]
             else:
                 self.open_calls[str(d[0])] = pos
-        elif kind == EventKind.TOOL_RESULT and d is not None:
-            self._close(str(d[0]), seq, ms, bool(d[1]))
-        elif kind == EventKind.RUN_STATUS and d is not None:
+        elif kind == "tool.result":
+            self._close(str(d[0]), seq, ms, d[1] in (True, 1, "true"))
+        elif kind == "run.status":
             self._status(str(d[0]), seq, ms)
-        elif kind == EventKind.CHECKPOINT_CREATED and d is not None:
-            cid, ckind, label = d
+        elif kind == "checkpoint.created":
+            cid, ckind, label = d[:3]
             self.checkpoints.append(
                 Mark(seq, ms, int(_num(cid)), str(ckind or ""), str(label or ""))
             )
-        elif kind == EventKind.RUN_REWOUND and d is not None:
-            cid, to_seq, from_seq = d
+        elif kind == "run.rewound":
+            cid, to_seq, from_seq = d[:3]
             self.rewinds.append(
                 Mark(seq, ms, int(_num(cid)), "rewind", "", int(_num(to_seq)), int(_num(from_seq)))
             )
@@ -205,8 +216,14 @@ class RunIndex:
         self.it_cost.append(cost)
         self.it_tokens.append(tokens)
         self.err_pre.append(self.err_pre[-1] + err)
-        self.session_lo.setdefault(session, n)
+        self.cost_pre.append(self.cost_pre[-1] + cost)
+        self.tokens_pre.append(self.tokens_pre[-1] + tokens)
+        if session not in self.session_lo:
+            self.session_lo[session] = n
+            self.item_sessions.append(session)
         self.session_hi[session] = n + 1
+        if kind == TOOL:
+            self.tool_pos.append(n)
         if n % BLOCK == 0:
             self.block_max.append(0.0)
         if end != OPEN:
@@ -257,7 +274,9 @@ class RunIndex:
         self.it_kind, self.it_err = array("b"), array("b")
         self.it_session, self.it_name = array("l"), array("l")
         self.err_pre = array("q", [0])
+        self.cost_pre, self.tokens_pre = array("d", [0.0]), array("q", [0])
         self.session_lo, self.session_hi = {}, {}
+        self.item_sessions, self.tool_pos = array("l"), array("l")
         self.open_calls = {}
         for row in rows:
             pos = self._append(row)
@@ -287,32 +306,36 @@ class RunIndex:
 
     def item_range(self, first: int, last: int, lo: int, hi: int) -> tuple[int, int]:
         """The items of sessions first..last (a lane) whose seq is in [lo, hi]."""
-        starts = [self.session_lo[s] for s in range(first, last + 1) if s in self.session_lo]
-        if not starts:
+        i = bisect_left(self.item_sessions, first)
+        j = bisect_right(self.item_sessions, last) - 1
+        if i > j:
             return 0, 0
-        a = min(starts)
-        b = max(self.session_hi[s] for s in range(first, last + 1) if s in self.session_hi)
+        a, b = self.session_lo[self.item_sessions[i]], self.session_hi[self.item_sessions[j]]
         return bisect_left(self.it_seq, lo, a, b), bisect_right(self.it_seq, hi, a, b)
 
     def longest(self, a: int, b: int, now_ms: float) -> tuple[int, float]:
         """The longest item in [a, b): its position and duration (a running call counts up to
-        `now_ms`). Whole blocks by their maxima, the ends one by one."""
+        `now_ms`). The partial blocks at the ends item by item; in between, only the block whose
+        maximum is largest."""
         best, best_d = -1, -1.0
-        i = a
-        while i < b:
-            if i % BLOCK == 0 and i + BLOCK <= b:
-                if self.block_max[i // BLOCK] > best_d:
-                    for j in range(i, i + BLOCK):
-                        if self.it_end[j] != OPEN and self.it_end[j] - self.it_start[j] > best_d:
-                            best, best_d = j, self.it_end[j] - self.it_start[j]
-                i += BLOCK
-                continue
-            if self.it_end[i] != OPEN and self.it_end[i] - self.it_start[i] > best_d:
-                best, best_d = i, self.it_end[i] - self.it_start[i]
-            i += 1
+        start, end = self.it_start, self.it_end
+        full_lo, full_hi = -(-a // BLOCK), b // BLOCK
+        if full_lo >= full_hi:
+            scans = [(a, b)]
+        else:
+            scans = [(a, full_lo * BLOCK), (full_hi * BLOCK, b)]
+            blocks = self.block_max
+            k = max(range(full_lo, full_hi), key=blocks.__getitem__)
+            scans.append((k * BLOCK, (k + 1) * BLOCK))
+        for lo, hi in scans:
+            for j in range(lo, hi):
+                if end[j] != OPEN and end[j] - start[j] > best_d:
+                    best, best_d = j, end[j] - start[j]
         for pos in self.open_calls.values():
-            if a <= pos < b and now_ms - self.it_start[pos] > best_d:
-                best, best_d = pos, now_ms - self.it_start[pos]
+            if a <= pos < b and now_ms - start[pos] > best_d:
+                best, best_d = pos, now_ms - start[pos]
+        if best < 0:
+            best = a
         return best, max(best_d, 0.0)
 
     def usage_at(self, seq: int) -> tuple[int, float]:
@@ -324,7 +347,7 @@ class RunIndex:
 # The payload keys each kind needs, read by the database as one small JSON array a row (the
 # payloads themselves, a tool's whole output say, never reach Python).
 KEYS = {
-    EventKind.MODEL_TURN: (
+    "model.turn": (
         "latency_ms",
         "usage.input_tokens",
         "usage.output_tokens",
@@ -333,15 +356,16 @@ KEYS = {
         "cost_usd",
         "model",
     ),
-    EventKind.TOOL_CALL: ("tool_use_id", "name"),
-    EventKind.TOOL_RESULT: ("tool_use_id", "is_error"),
-    EventKind.RUN_STATUS: ("to", "from"),
-    EventKind.CHECKPOINT_CREATED: ("checkpoint_id", "kind", "label"),
-    EventKind.RUN_REWOUND: ("checkpoint_id", "to_seq", "from_seq"),
+    "tool.call": ("tool_use_id", "name"),
+    "tool.result": ("tool_use_id", "is_error"),
+    "run.status": ("to", "from"),
+    "checkpoint.created": ("checkpoint_id", "kind", "label"),
+    "run.rewound": ("checkpoint_id", "to_seq", "from_seq"),
 }
 
 
 def _extract(keys: tuple[str, ...]) -> str:
+    """The keys as one JSON array: the payload is parsed once a row, by the database."""
     if connection.vendor == "postgresql":
         paths = ", ".join("payload #> '{" + k.replace(".", ",") + "}'" for k in keys)
         return f"jsonb_build_array({paths})::text"
@@ -350,7 +374,7 @@ def _extract(keys: tuple[str, ...]) -> str:
 
 
 def _read(run_id: int, after: int, upto: int) -> list[tuple]:
-    """(seq, kind, session_id, created_at, the kind's keys as JSON text or None) per event."""
+    """(seq, kind, session_id, created_at, the kind's keys as JSON text or None), in seq order."""
     cases = " ".join(f"WHEN '{kind}' THEN {_extract(keys)}" for kind, keys in KEYS.items())
     sql = (
         f"SELECT seq, kind, session_id, created_at, CASE kind {cases} END "
