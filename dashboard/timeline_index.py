@@ -21,6 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import accumulate, islice, pairwise
 from typing import Any
 
 from django.db import connection
@@ -149,7 +150,7 @@ class RunIndex:
         ev_ms.extend(times)
         self.last_seq = rows[-1][0]
         if self._pending:
-            self._resort()
+            self._take_pending()
 
     def _add(self, seq: int, kind: str, session: int | None, ms: float, d: list) -> None:
         if kind == "model.turn":
@@ -163,11 +164,8 @@ class RunIndex:
             start = ms - max(0.0, _num(latency))
             self._item(seq, seq, start, ms, TURN, 0, session, str(model or "model"), usd, tokens)
         elif kind == "tool.call":
-            pos = self._item(seq, 0, ms, OPEN, TOOL, 0, session, str(d[1] or "tool"), 0.0, 0)
-            if pos is None:
-                self._pending_calls[str(d[0])] = self._pending[-1]
-            else:
-                self.open_calls[str(d[0])] = pos
+            self._item(seq, 0, ms, OPEN, TOOL, 0, session, str(d[1] or "tool"), 0.0, 0)
+            self._pending_calls[str(d[0])] = self._pending[-1]
         elif kind == "tool.result":
             self._close(str(d[0]), seq, ms, d[1] in (True, 1, "true"))
         elif kind == "run.status":
@@ -189,46 +187,71 @@ class RunIndex:
         if to in ("awaiting_approval", "paused"):
             self.spans.append(Span("approval" if to == "awaiting_approval" else "paused", seq, ms))
 
-    def _item(self, seq, end_seq, start, end, kind, err, session, name, cost, tokens) -> int | None:
+    def _item(self, seq, end_seq, start, end, kind, err, session, name, cost, tokens) -> None:
+        """A new item, held until the batch is read (then appended, column by column)."""
         if session is None:
             session = 0  # a turn outside any session (never written so; kept all the same)
         name_id = self.name_ids.setdefault(name, len(self.names))
         if name_id == len(self.names):
             self.names.append(name)
-        row = [session, seq, end_seq, start, end, kind, err, name_id, cost, tokens]
-        if self._pending or (self.it_session and session < self.it_session[-1]):
-            self._pending.append(row)  # an older session's item: sorted in after this batch
-            return None
-        return self._append(row)
+        self._pending.append([session, seq, end_seq, start, end, kind, err, name_id, cost, tokens])
 
-    def _append(self, row: list) -> int:
-        session, seq, end_seq, start, end, kind, err, name_id, cost, tokens = row
-        n = len(self.it_seq)
-        self.it_session.append(session)
-        self.it_seq.append(seq)
-        self.it_end_seq.append(end_seq)
-        self.it_start.append(start)
-        self.it_end.append(end)
-        self.it_key.append(max(start, self.it_key[-1]) if n else start)
-        self.it_kind.append(kind)
-        self.it_err.append(err)
-        self.it_name.append(name_id)
-        self.it_cost.append(cost)
-        self.it_tokens.append(tokens)
-        self.err_pre.append(self.err_pre[-1] + err)
-        self.cost_pre.append(self.cost_pre[-1] + cost)
-        self.tokens_pre.append(self.tokens_pre[-1] + tokens)
-        if session not in self.session_lo:
-            self.session_lo[session] = n
-            self.item_sessions.append(session)
-        self.session_hi[session] = n + 1
-        if kind == TOOL:
-            self.tool_pos.append(n)
-        if n % BLOCK == 0:
-            self.block_max.append(0.0)
-        if end != OPEN:
-            self.block_max[-1] = max(self.block_max[-1], end - start)
-        return n
+    def _take_pending(self) -> None:
+        rows, calls = self._pending, self._pending_calls
+        self._pending, self._pending_calls = [], {}
+        ordered = all(a[0] <= b[0] for a, b in pairwise(rows)) and (
+            not self.it_session or rows[0][0] >= self.it_session[-1]
+        )
+        if not ordered:  # an older session's item: sort every item again
+            rows, calls = self._everything(rows, calls)
+        n0 = len(self.it_seq)
+        self._append_many(rows)
+        where = {id(row): n0 + i for i, row in enumerate(rows)}
+        for tool_use_id, row in calls.items():
+            self.open_calls[tool_use_id] = where[id(row)]
+
+    def _append_many(self, rows: list[list]) -> None:
+        n0 = len(self.it_seq)
+        session, seq, end_seq, start, end, kind, err, name_id, cost, tokens = zip(
+            *rows, strict=True
+        )
+        self.it_session.extend(session)
+        self.it_seq.extend(seq)
+        self.it_end_seq.extend(end_seq)
+        self.it_start.extend(start)
+        self.it_end.extend(end)
+        self.it_kind.extend(kind)
+        self.it_err.extend(err)
+        self.it_name.extend(name_id)
+        self.it_cost.extend(cost)
+        self.it_tokens.extend(tokens)
+        if n0:
+            self.it_key.extend(islice(accumulate(start, max, initial=self.it_key[-1]), 1, None))
+        else:
+            self.it_key.extend(accumulate(start, max))
+        self.err_pre.extend(islice(accumulate(err, initial=self.err_pre[-1]), 1, None))
+        self.cost_pre.extend(islice(accumulate(cost, initial=self.cost_pre[-1]), 1, None))
+        self.tokens_pre.extend(islice(accumulate(tokens, initial=self.tokens_pre[-1]), 1, None))
+        self.tool_pos.extend(n0 + i for i, k in enumerate(kind) if k == TOOL)
+        previous = None
+        for i, s in enumerate(session):
+            if s != previous:
+                if s not in self.session_lo:
+                    self.session_lo[s] = n0 + i
+                    self.item_sessions.append(s)
+                previous = s
+        for i, s in enumerate(session):
+            self.session_hi[s] = n0 + i + 1
+        first_block = n0 // BLOCK
+        lo = first_block * BLOCK
+        it_start, it_end = self.it_start, self.it_end
+        durations = [
+            e - b if e != OPEN else 0.0 for b, e in zip(it_start[lo:], it_end[lo:], strict=True)
+        ]
+        del self.block_max[first_block:]
+        self.block_max.extend(
+            max(durations[i : i + BLOCK]) for i in range(0, len(durations), BLOCK)
+        )
 
     def _close(self, tool_use_id: str, seq: int, ms: float, error: bool) -> None:
         pos = self.open_calls.pop(tool_use_id, None)
@@ -246,9 +269,10 @@ class RunIndex:
             for i in range(pos + 1, len(self.err_pre)):
                 self.err_pre[i] += 1
 
-    def _resort(self) -> None:
-        """Items arrived for a session before the newest: rebuild the item arrays in order."""
-        rows = [
+    def _everything(self, rows: list[list], calls: dict[str, list]):
+        """Every item (those in the arrays and the new `rows`) sorted by (session, seq), the
+        arrays emptied for them, and the open calls as rows."""
+        old = [
             [
                 self.it_session[i],
                 self.it_seq[i],
@@ -262,11 +286,9 @@ class RunIndex:
                 self.it_tokens[i],
             ]
             for i in range(len(self.it_seq))
-        ] + self._pending
-        open_seqs = {self.it_seq[p]: k for k, p in self.open_calls.items()}
-        open_seqs.update({row[1]: k for k, row in self._pending_calls.items()})
-        self._pending, self._pending_calls = [], {}
-        rows.sort(key=lambda r: (r[0], r[1]))
+        ]
+        calls = {**{k: old[p] for k, p in self.open_calls.items()}, **calls}
+        self.open_calls = {}
         for name in ("it_seq", "it_end_seq", "it_tokens"):
             setattr(self, name, array("q"))
         for name in ("it_start", "it_end", "it_key", "it_cost", "block_max"):
@@ -277,11 +299,7 @@ class RunIndex:
         self.cost_pre, self.tokens_pre = array("d", [0.0]), array("q", [0])
         self.session_lo, self.session_hi = {}, {}
         self.item_sessions, self.tool_pos = array("l"), array("l")
-        self.open_calls = {}
-        for row in rows:
-            pos = self._append(row)
-            if row[1] in open_seqs and row[4] == OPEN:
-                self.open_calls[open_seqs[row[1]]] = pos
+        return sorted(old + rows, key=lambda r: (r[0], r[1])), calls
 
     # --- reading -------------------------------------------------------------------------------
     def nbytes(self) -> int:
