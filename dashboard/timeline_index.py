@@ -20,7 +20,6 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from itertools import accumulate, islice, pairwise
 from typing import Any
 
@@ -132,7 +131,7 @@ class RunIndex:
         times = []
         loads = json.loads
         for seq, kind, session_id, created, d in rows:
-            ms = _text_ms(created) if isinstance(created, str) else created.timestamp() * 1000.0
+            ms = float(created)
             if ms < last_ms:
                 ms = last_ms  # clocks of two processes: keep time from running backwards
             last_ms = ms
@@ -395,7 +394,7 @@ def _read(run_id: int, after: int, upto: int) -> list[tuple]:
     """(seq, kind, session_id, created_at, the kind's keys as JSON text or None), in seq order."""
     cases = " ".join(f"WHEN '{kind}' THEN {_extract(keys)}" for kind, keys in KEYS.items())
     sql = (
-        f"SELECT seq, kind, session_id, created_at, CASE kind {cases} END "
+        f"SELECT seq, kind, session_id, {_epoch_ms()}, CASE kind {cases} END "
         f"FROM {Event._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq"
     )
     with connection.cursor() as cursor:
@@ -403,9 +402,11 @@ def _read(run_id: int, after: int, upto: int) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _text_ms(text: str) -> float:
-    """SQLite's stored time (UTC, no zone) in ms since the epoch."""
-    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000.0
+def _epoch_ms() -> str:
+    """created_at in ms since the epoch, computed by the database (no datetime per row)."""
+    if connection.vendor == "postgresql":
+        return "EXTRACT(EPOCH FROM created_at) * 1000"
+    return "(julianday(created_at) - 2440587.5) * 86400000.0"  # stored as UTC text
 
 
 # --- this process's indexes --------------------------------------------------------------------
