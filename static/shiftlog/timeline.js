@@ -396,6 +396,13 @@
     this.charts.push(usageChart(ch.usage), sessionsChart(ch.sessions), toolsChart(ch.tools));
   };
 
+  function compact(v) {
+    if (v >= 1e9) return (v / 1e9) + "G";
+    if (v >= 1e6) return (v / 1e6) + "M";
+    if (v >= 1e3) return (v / 1e3) + "k";
+    return String(v);
+  }
+
   function chartWidth(el) { return Math.max(240, el.clientWidth || 400); }
 
   function usageChart(u) {
@@ -420,26 +427,27 @@
       width: chartWidth(el), height: 220, series: series,
       scales: { x: { time: true }, tokens: { range: function (_, lo, hi) { return [0, Math.max(hi, u.max_tokens || 0) * 1.05 || 1]; } },
                 usd: { range: function (_, lo, hi) { return [0, Math.max(hi, u.max_cost_usd || 0) * 1.05 || 1]; } } },
-      axes: [{}, { scale: "tokens", size: 70 }, { scale: "usd", side: 1, size: 60, grid: { show: false },
+      axes: [{}, { scale: "tokens", size: 60, values: function (_, vals) { return vals.map(compact); } },
+             { scale: "usd", side: 1, size: 60, grid: { show: false },
                values: function (_, vals) { return vals.map(function (v) { return "$" + v; }); } }]
     }, data, el);
   }
 
-  function barsChart(el, labels, series, data) {
+  function barsChart(el, what, labels, series, data) {
     el.textContent = "";
     var idx = labels.map(function (_, i) { return i; });
     return new uPlot({
       width: chartWidth(el), height: 200,
       scales: { x: { time: false, range: [-0.6, Math.max(0.6, labels.length - 0.4)] } },
-      series: [{ value: function (_, i) { return i === null ? "" : labels[i] || ""; } }].concat(series),
+      series: [{ label: what, value: function (_, i) { return i === null ? "" : labels[i] || ""; } }].concat(series),
       axes: [{ splits: function () { return idx; }, values: function (_, s) { return s.map(function (i) { return labels[i] || ""; }); },
-               rotate: labels.length > 12 ? -60 : 0, size: labels.length > 12 ? 70 : 40 }, { size: 60 }]
+               rotate: labels.length > 5 ? -50 : 0, size: labels.length > 5 ? 80 : 40 }, { size: 60 }]
     }, [idx].concat(data), el);
   }
 
   function sessionsChart(rows) {
     var el = document.getElementById("chart-sessions");
-    return barsChart(el, rows.map(function (r) { return r.label; }),
+    return barsChart(el, "session", rows.map(function (r) { return r.label; }),
       [{ label: "dollars", stroke: COLORS.tool, fill: "rgba(23, 134, 106, 0.35)", paths: uPlot.paths.bars({ size: [0.7, 40] }),
          value: function (_, v) { return v === null ? "" : "$" + v.toFixed(4); } }],
       [rows.map(function (r) { return r.cost; })]);
@@ -450,7 +458,7 @@
     document.getElementById("chart-tools-note").textContent = t.sampled
       ? "A sample: " + t.calls + " finished calls taken evenly from the window."
       : t.calls + " finished calls in the window.";
-    return barsChart(el, t.rows.map(function (r) { return r.name; }),
+    return barsChart(el, "tool", t.rows.map(function (r) { return r.name; }),
       [{ label: "median", stroke: COLORS.turn, fill: "rgba(48, 86, 211, 0.4)", paths: uPlot.paths.bars({ size: [0.35, 30], align: -1 }),
          value: function (_, v) { return v === null ? "" : fmtMs(v); } },
        { label: "p90", stroke: COLORS.rewind, fill: "rgba(107, 63, 184, 0.35)", paths: uPlot.paths.bars({ size: [0.35, 30], align: 1 }),

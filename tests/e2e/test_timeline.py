@@ -17,6 +17,7 @@ from agents.models import Run
 from tests.conftest import approve_pending
 from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
 from tests.e2e.test_security import REPORT_VIOLATIONS
+from tests.test_timeline import hand_made
 from tests.timeline_runs import big_run
 
 pytestmark = [
@@ -145,25 +146,29 @@ def test_a_100k_event_run_opens_fast(pages, eve, tmp_path, shots):
     )
     big_run(run, 100_000)
     print(f"\n100,000-event run written in {time.perf_counter() - t0:.1f} s")
+    small = hand_made(eve)
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with serving(tmp_path) as base:
         page = pages()
         violations = watch_violations(page)
         log_in(page, base)
 
-        # The run page, as the issue asks: under 200 ms of server time at 100k events.
-        page_ms = []
-        for _ in range(4):
-            page.goto(f"{base}/runs/{run.pk}/")
-            page_ms.append(
-                page.evaluate(
-                    "(() => { const n = performance.getEntriesByType('navigation')[0];"
-                    " return n.responseStart - n.requestStart; })()"
+        # The run page, as the issue asks: under 200 ms of server time at 100k events; beside
+        # it a run of 28 events, so what the size of the log costs shows apart from the machine.
+        for label, pk in (("100k events", run.pk), ("28 events", small.pk)):
+            page_ms = []
+            for _ in range(5):
+                page.goto(f"{base}/runs/{pk}/")
+                page_ms.append(
+                    page.evaluate(
+                        "(() => { const n = performance.getEntriesByType('navigation')[0];"
+                        " return n.responseStart - n.requestStart; })()"
+                    )
                 )
+            print(
+                f"run page at {label}, server time (request to first byte): first "
+                f"{page_ms[0]:.0f} ms, then {', '.join(f'{m:.0f}' for m in page_ms[1:])} ms"
             )
-        print(
-            f"run page at 100k events, server time (request to first byte): first "
-            f"{page_ms[0]:.0f} ms, then {', '.join(f'{m:.0f}' for m in page_ms[1:])} ms"
-        )
 
         page.goto(f"{base}/runs/{run.pk}/timeline/")
         drawn(page)
