@@ -126,25 +126,67 @@ class RunIndex:
             self.session_index.update(
                 Session.objects.filter(pk__in=new_sessions).values_list("pk", "index")
             )
-        index, ev_ms = self.session_index, self.ev_ms
+        index, ev_ms, session_seqs = self.session_index, self.ev_ms, self.session_seqs
         last_ms = ev_ms[-1] if ev_ms else 0.0
         times = []
         loads = json.loads
+        # The hot path (a turn, a call, a result: nearly every event) inline, with locals:
+        # building a 100,000-event index is this loop.
+        pending, calls, name_ids = self._pending, self._pending_calls, self.name_ids
+        turn_seq, turn_ms = self.turn_seq.append, self.turn_ms.append
+        cum_tokens, cum_cost = self.cum_tokens, self.cum_cost
+        tokens_total = cum_tokens[-1] if cum_tokens else 0
+        cost_total = cum_cost[-1] if cum_cost else 0.0
+        previous_id, session, seqs = object(), None, None
         for seq, kind, session_id, created, d in rows:
             ms = float(created)
             if ms < last_ms:
                 ms = last_ms  # clocks of two processes: keep time from running backwards
             last_ms = ms
             times.append(ms)
-            session = index.get(session_id)
-            if session is not None:
-                seqs = self.session_seqs.get(session)
-                if seqs is None:
-                    self.session_seqs[session] = [seq, seq]
+            if session_id != previous_id:
+                previous_id, session = session_id, index.get(session_id)
+                seqs = None if session is None else session_seqs.setdefault(session, [seq, seq])
+            if seqs is not None:
+                seqs[1] = seq
+            if d is None:
+                continue
+            if type(d) is str:
+                d = loads(d)
+            if kind == "tool.result":
+                row = calls.pop(d[0], None)
+                if row is None:
+                    self._close(str(d[0]), seq, ms, d[1] in (True, 1, "true"))
                 else:
-                    seqs[1] = seq
-            if d is not None:
-                self._add(seq, kind, session, ms, loads(d) if isinstance(d, str) else d)
+                    row[2], row[4], row[6] = seq, ms, 1 if d[1] in (True, 1, "true") else 0
+            elif kind == "tool.call":
+                name = d[1] or "tool"
+                name_id = name_ids.get(name)
+                if name_id is None:
+                    name_id = name_ids[name] = len(self.names)
+                    self.names.append(name)
+                row = [session or 0, seq, 0, ms, OPEN, TOOL, 0, name_id, 0.0, 0]
+                pending.append(row)
+                calls[d[0]] = row
+            elif kind == "model.turn":
+                latency, i_tok, o_tok, cr_tok, cw_tok, cost, model = d
+                tokens = int(_num(i_tok) + _num(o_tok) + _num(cr_tok) + _num(cw_tok))
+                usd = _num(cost)
+                turn_seq(seq)
+                turn_ms(ms)
+                tokens_total += tokens
+                cost_total += usd
+                cum_tokens.append(tokens_total)
+                cum_cost.append(cost_total)
+                name = model or "model"
+                name_id = name_ids.get(name)
+                if name_id is None:
+                    name_id = name_ids[name] = len(self.names)
+                    self.names.append(name)
+                start = ms - max(0.0, _num(latency))
+                pending.append([session or 0, seq, seq, start, ms, TURN, 0, name_id, usd, tokens])
+            else:
+                self._add(seq, kind, session, ms, d)
         self.ev_seq.extend(r[0] for r in rows)
         ev_ms.extend(times)
         self.last_seq = rows[-1][0]
@@ -152,22 +194,8 @@ class RunIndex:
             self._take_pending()
 
     def _add(self, seq: int, kind: str, session: int | None, ms: float, d: list) -> None:
-        if kind == "model.turn":
-            latency, i_tok, o_tok, cr_tok, cw_tok, cost, model = d
-            tokens = int(_num(i_tok) + _num(o_tok) + _num(cr_tok) + _num(cw_tok))
-            usd = _num(cost)
-            self.turn_seq.append(seq)
-            self.turn_ms.append(ms)
-            self.cum_tokens.append((self.cum_tokens[-1] if self.cum_tokens else 0) + tokens)
-            self.cum_cost.append((self.cum_cost[-1] if self.cum_cost else 0.0) + usd)
-            start = ms - max(0.0, _num(latency))
-            self._item(seq, seq, start, ms, TURN, 0, session, str(model or "model"), usd, tokens)
-        elif kind == "tool.call":
-            self._item(seq, 0, ms, OPEN, TOOL, 0, session, str(d[1] or "tool"), 0.0, 0)
-            self._pending_calls[str(d[0])] = self._pending[-1]
-        elif kind == "tool.result":
-            self._close(str(d[0]), seq, ms, d[1] in (True, 1, "true"))
-        elif kind == "run.status":
+        """The rarer kinds (turns, calls and results are added in `extend`)."""
+        if kind == "run.status":
             self._status(str(d[0]), seq, ms)
         elif kind == "checkpoint.created":
             cid, ckind, label = d[:3]
@@ -185,15 +213,6 @@ class RunIndex:
             self.spans[-1].end_seq, self.spans[-1].end_ms = seq, ms
         if to in ("awaiting_approval", "paused"):
             self.spans.append(Span("approval" if to == "awaiting_approval" else "paused", seq, ms))
-
-    def _item(self, seq, end_seq, start, end, kind, err, session, name, cost, tokens) -> None:
-        """A new item, held until the batch is read (then appended, column by column)."""
-        if session is None:
-            session = 0  # a turn outside any session (never written so; kept all the same)
-        name_id = self.name_ids.setdefault(name, len(self.names))
-        if name_id == len(self.names):
-            self.names.append(name)
-        self._pending.append([session, seq, end_seq, start, end, kind, err, name_id, cost, tokens])
 
     def _take_pending(self) -> None:
         rows, calls = self._pending, self._pending_calls
