@@ -691,15 +691,11 @@ def test_an_edited_approval_shows_what_was_asked_against_what_ran_in_web_and_cli
 
     approval = Approval.objects.get()
     asked = approval.tool_input["command"]
-    card = (
-        client_for(supervisor)
-        .post(
-            f"/approvals/{approval.pk}/decide",
-            {"decision": "edit", "edited": '{"command": "rm -rf build"}'},
-            HTTP_HX_REQUEST="true",
-        )
-        .content.decode()
-    )
+    card = client_for(supervisor).post(
+        f"/approvals/{approval.pk}/decide",
+        {"decision": "edit", "edited": '{"command": "rm -rf build"}'},
+        HTTP_HX_REQUEST="true",
+    ).content.decode()
     assert '<span class="del">-' in card and '<span class="add">+rm -rf build' in card
     assert escape(asked) in card  # the original is still there, struck out
     out = StringIO()

@@ -84,3 +84,4 @@ def test_a_rewind_clears_the_badge_and_the_inbox_card_live(pages, eve, tmp_path)
         wait_js(page, "document.querySelector('.approval.a-discarded') !== null")
         assert "Discarded" in card.inner_text()
         assert card.locator("button[value=approve]").count() == 0  # nothing left to press
+
