@@ -155,7 +155,7 @@ class RunIndex:
             if type(d) is str:
                 d = scan(d, 0)[0]
             if kind == "tool.result":
-                row = calls.pop(d[0], None)
+                row = calls.pop(str(d[0]), None)
                 if row is None:
                     self._close(str(d[0]), seq, ms, d[1] in (True, 1, "true"))
                 else:
@@ -168,7 +168,7 @@ class RunIndex:
                     self.names.append(name)
                 row = [session or 0, seq, 0, ms, OPEN, TOOL, 0, name_id, 0.0, 0]
                 pending.append(row)
-                calls[d[0]] = row
+                calls[str(d[0])] = row
             elif kind == "model.turn":
                 latency, i_tok, o_tok, cr_tok, cw_tok, cost, model = d
                 try:
