@@ -6,7 +6,15 @@ from django.templatetags.static import static
 from django.urls import path, register_converter
 from django.views.generic import RedirectView
 
-from dashboard import checkpoint_views, export_views, find_views, health, overview_views, views
+from dashboard import (
+    checkpoint_views,
+    export_views,
+    find_views,
+    health,
+    overview_views,
+    timeline_views,
+    views,
+)
 
 
 class IdConverter:
@@ -31,6 +39,9 @@ urlpatterns = [
     path("runs/compare/", overview_views.run_compare, name="run-compare"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
+    path("runs/<id:run_id>/events/<id:seq>/", timeline_views.run_event, name="run-event"),
+    path("runs/<id:run_id>/timeline/", timeline_views.run_timeline, name="run-timeline"),
+    path("runs/<id:run_id>/timeline.json", timeline_views.timeline_json, name="run-timeline-json"),
     *[
         path(
             f"runs/<id:run_id>/{action}",
