@@ -289,7 +289,8 @@ class NewRunForm(forms.Form):
 
 class PolicyForm(forms.Form):
     rules = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 4}), max_length=inputs.MAX_JSON_BYTES
+        widget=forms.Textarea(attrs={"rows": 4, "aria-label": "Tool policy rules (JSON)"}),
+        max_length=inputs.MAX_JSON_BYTES,
     )
 
     def clean_rules(self) -> list:

@@ -103,7 +103,8 @@ def test_the_runs_list_makes_no_query_per_row(owner, supervisor):
 def test_the_runs_list_shows_session_cost_and_waiting_approvals(owner, waiting_run):
     html = client_for(owner).get("/").content.decode()
     row = html.split(f'id="run-{waiting_run.pk}"')[1].split("</tr>")[0]
-    assert "Awaiting approval" in row and "1 waiting" in row and "<td>2</td>" in row
+    assert "Awaiting approval" in row and "1 waiting" in row
+    assert '<td data-label="Session">2</td>' in row
 
 
 # --- new run -----------------------------------------------------------------------------------

@@ -71,6 +71,15 @@
   });
   document.addEventListener("htmx:afterSwap", markAbandoned);
 
+  // A box that scrolls sideways (a diff's long line) can be scrolled from the keyboard.
+  function focusableScrollers() {
+    document.querySelectorAll("pre:not([tabindex])").forEach(function (pre) {
+      if (pre.scrollWidth > pre.clientWidth) pre.tabIndex = 0;
+    });
+  }
+  document.addEventListener("DOMContentLoaded", focusableScrollers);
+  document.addEventListener("htmx:afterSettle", focusableScrollers);
+
   var stuckToBottom = true;
   document.addEventListener("htmx:wsOpen", function () { opened = true; setState("live", "on"); });
   document.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "retry"); });
