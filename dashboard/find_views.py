@@ -1,6 +1,6 @@
 """Finding things in a long run: its events narrowed by kind, tool, text, failures or session
-(oldest first, a page at a time), an event in its context (`?around=SEQ`, what a `#seq-N` link
-on the run page opens when the event is not loaded there), and the first failure.
+(oldest first, a page at a time), and the first failure, opened in its context (the run page at
+that event, `/runs/ID/events/SEQ/`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from agents.models import Event, EventKind, Run, Session
 from dashboard import access, stream
 
 PAGE = 100
-CONTEXT = 20  # events either side of the one asked for
 
 
 class FindForm(forms.Form):
@@ -57,12 +56,8 @@ def run_find(request: HttpRequest, run_id: int) -> HttpResponse:
         return render(request, "runs/find.html", context, status=400)
     data = form.cleaned_data if form.is_bound else {}
     events = Event.objects.filter(run=run)
-    if data.get("around"):
-        seq = data["around"]
-        window = events.filter(seq__gte=seq - CONTEXT, seq__lte=seq + CONTEXT).order_by("seq")
-        rows = _rows(run, window.values(*stream.EVENT_FIELDS))
-        context.update({"rows": rows, "around": seq, "mode": "around"})
-        return render(request, "runs/find.html", context)
+    if data.get("around"):  # an event in its context: the run page at that event
+        return redirect(_at(run.pk, data["around"]))
     if not _searching(data):
         context["mode"] = "form"
         return render(request, "runs/find.html", context)
@@ -105,7 +100,10 @@ def first_failure(request: HttpRequest, run_id: int) -> HttpResponse:
     seq = (
         Event.objects.filter(run=run).failures().order_by("seq").values_list("seq", flat=True)
     ).first()
-    url = reverse("run-find", kwargs={"run_id": run.pk})
     if seq is None:
-        return redirect(f"{url}?errors=on")
-    return redirect(f"{url}?around={seq}#seq-{seq}")
+        return redirect(reverse("run-find", kwargs={"run_id": run.pk}) + "?errors=on")
+    return redirect(_at(run.pk, seq))
+
+
+def _at(run_id: int, seq: int) -> str:
+    return reverse("run-event", kwargs={"run_id": run_id, "seq": seq}) + f"#seq-{seq}"

@@ -64,17 +64,17 @@ def test_each_filter_narrows_the_events(owner, run):
     assert both and set(both) <= set(failures)
 
 
-def test_around_and_the_first_failure(owner, run):
+def test_the_first_failure_opens_in_its_context(owner, run):
     c = client_for(owner)
     first = Event.objects.filter(run=run).failures().order_by("seq").first()
     response = c.get(f"/runs/{run.pk}/first-failure")
     assert response.status_code == 302
-    assert response["Location"] == f"/runs/{run.pk}/find/?around={first.seq}#seq-{first.seq}"
-    html = c.get(f"/runs/{run.pk}/find/", {"around": first.seq}).content.decode()
-    assert 'class="find-row target" aria-current="true"' in html
+    assert response["Location"] == f"/runs/{run.pk}/events/{first.seq}/#seq-{first.seq}"
+    html = c.get(f"/runs/{run.pk}/events/{first.seq}/").content.decode()
     assert f'id="seq-{first.seq}"' in html
-    shown = seqs(html)
-    assert shown == list(range(max(1, first.seq - 20), min(run.last_seq, first.seq + 20) + 1))
+    # ?around=N (an older link) opens the same place.
+    around = c.get(f"/runs/{run.pk}/find/", {"around": first.seq})
+    assert around["Location"] == response["Location"]
     # A run without failures says so.
     clean = drive_until_idle(make_run(turns=[finish_turn()], created_by=owner))
     none = c.get(f"/runs/{clean.pk}/first-failure")
@@ -84,7 +84,7 @@ def test_around_and_the_first_failure(owner, run):
 
 def test_the_run_page_links_each_event_and_the_tools(owner, run):
     html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
-    assert f'href="/runs/{run.pk}/find/?around=1#seq-1"' in html
+    assert f'href="/runs/{run.pk}/events/1/#seq-1"' in html
     assert f'href="/runs/{run.pk}/first-failure"' in html and "Find events…" in html
 
 

@@ -105,14 +105,14 @@
 })();
 
 // A link to an event (#seq-N) that the run page does not hold (it shows the newest events):
-// open the event in its context instead.
+// open the run page at that event instead (/runs/ID/events/N/).
 (function () {
   "use strict";
   function follow() {
     var m = /^#seq-(\d+)$/.exec(window.location.hash);
-    var stream = document.querySelector("#stream[data-find-url]");
+    var stream = document.querySelector("#stream[data-events-url]");
     if (!m || !stream || document.getElementById("seq-" + m[1])) return;
-    window.location.replace(stream.getAttribute("data-find-url") + "?around=" + m[1] + "#seq-" + m[1]);
+    window.location.replace(stream.getAttribute("data-events-url") + m[1] + "/#seq-" + m[1]);
   }
   document.addEventListener("DOMContentLoaded", follow);
   window.addEventListener("hashchange", follow);

@@ -30,8 +30,8 @@ def test_first_failure_search_and_deep_links(pages, eve, tmp_path, shots):
         log_in(page, base)
         page.goto(f"{base}/runs/{run.pk}/")
         page.click("text=First failure")
-        page.wait_for_url(f"**/find/?around={failure.seq}#seq-{failure.seq}")
-        target = page.locator(".find-row.target")
+        page.wait_for_url(f"**/runs/{run.pk}/events/{failure.seq}/#seq-{failure.seq}")
+        target = page.locator(".ev.ev-target")
         assert target.count() == 1 and f"#{failure.seq}" in target.inner_text()
         # The marked event is scrolled into view.
         assert page.evaluate(
@@ -41,6 +41,8 @@ def test_first_failure_search_and_deep_links(pages, eve, tmp_path, shots):
         page.screenshot(path=str(shots / "find-first-failure.png"))
 
         # A search: failed tool results that mention the module.
+        page.goto(f"{base}/runs/{run.pk}/")
+        page.click("text=Find events…")
         page.fill("input[name=q]", "textstats")
         page.check("input[name=errors]")
         page.click("button:has-text('Find')")
@@ -59,8 +61,8 @@ def test_first_failure_search_and_deep_links(pages, eve, tmp_path, shots):
         # A link to the run's first event, which the run page (newest events) does not hold.
         assert run.last_seq > 50
         page.goto(f"{base}/runs/{run.pk}/#seq-1")
-        page.wait_for_url("**/find/?around=1#seq-1")
-        wait_js(page, "document.querySelector('.find-row.target #seq-1') !== null")
+        page.wait_for_url(f"**/runs/{run.pk}/events/1/#seq-1")
+        wait_js(page, "document.querySelector('.ev.ev-target #seq-1') !== null")
         # One it holds stays on the run page.
         page.goto(f"{base}/runs/{run.pk}/#seq-{run.last_seq}")
         page.wait_for_timeout(500)
