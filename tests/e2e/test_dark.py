@@ -17,6 +17,7 @@ from tests.procs import wait_for
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ui_only,
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(300),
     pytest.mark.skipif(

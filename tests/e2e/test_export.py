@@ -17,6 +17,7 @@ from tests.test_export import GIT_ENV, files_of
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ui_only,
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(240),
     pytest.mark.skipif(

@@ -13,6 +13,7 @@ from tests.e2e.helpers import CHROMIUM, log_in, serving
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ui_only,
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(240),
     pytest.mark.skipif(

@@ -13,6 +13,7 @@ from tests.e2e.scenes import PHONE, page_urls, waiting_demo
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ui_only,
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(300),
     pytest.mark.skipif(

@@ -22,6 +22,7 @@ from tests.timeline_runs import big_run
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ui_only,
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(300),
     pytest.mark.skipif(
