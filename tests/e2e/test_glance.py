@@ -10,7 +10,8 @@ import pytest
 
 from agents import services
 from agents.models import Run
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import CHROMIUM, log_in, serving, status_of, wait_js
+from tests.procs import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,13 +47,20 @@ def test_the_runs_list_shows_new_runs_and_status_changes_live(pages, eve, tmp_pa
         page.evaluate("window.__notReloaded = true")
         run = services.create_demo_run(created_by=eve)  # as the CLI would, another process
         wait_js(page, f"document.querySelector('#run-{run.pk}') !== null")
-        # Its status follows it: queued, running, then waiting for a person.
+        # Its status follows it: queued, running, then waiting for a person. The run's own pace
+        # (a worker's first sandboxed check on a cold machine) is not what is tested here: wait
+        # for the database first, then the page must follow within seconds.
         try:
+            wait_for(
+                lambda: status_of(run.pk) == "awaiting_approval",
+                timeout=150,
+                what="the run to wait for a person",
+            )
             wait_js(
                 page,
                 f"document.querySelector('#run-{run.pk} .status').textContent.trim().toLowerCase()"
                 " === 'awaiting approval'",
-                timeout=90_000,
+                timeout=15_000,
             )
         except AssertionError:
             explain(page, run.pk, tmp_path)
