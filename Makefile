@@ -40,9 +40,16 @@ run: setup system-deps
 
 # Every test on SQLite, then the ones that touch the database, the queue or the channel layer
 # again on the PostgreSQL and Redis of this machine (skipped, saying so, when they do not answer).
+# The browser tests of what pages show (ui_only: mostly waiting on a browser and a server) run
+# beside that second pass, each with its own database; its report is printed after theirs.
 test: setup system-deps
-	$(PY) -m pytest
-	$(PY) -m tests.postgres_redis
+	$(PY) -m pytest -m "not ui_only"
+	@rm -f .postgres_redis.log; \
+	$(PY) -m tests.postgres_redis > .postgres_redis.log 2>&1 & pass2=$$!; \
+	$(PY) -m pytest -m ui_only; ui=$$?; \
+	wait $$pass2; pg=$$?; \
+	echo "--- the PostgreSQL + Redis pass ---"; cat .postgres_redis.log; rm -f .postgres_redis.log; \
+	test $$ui -eq 0 -a $$pg -eq 0
 
 lint: setup
 	$(VENV)/bin/ruff check .
