@@ -110,7 +110,32 @@
     return LABEL_W + (ms - w.start_ms) / (w.end_ms - w.start_ms) * this.plotW;
   };
 
+  // The canvas follows the page's colours (light or dark): resolve the stylesheet's variables
+  // through a probe element (a custom property read directly is not resolved).
+  function themeColors() {
+    var probe = document.createElement("span");
+    document.body.appendChild(probe);
+    [["ink", "--ink"], ["muted", "--muted"], ["grid", "--line"], ["checkpoint", "--ink"]].forEach(function (pair) {
+      probe.style.color = "var(" + pair[1] + ")";
+      var value = getComputedStyle(probe).color;
+      if (value) COLORS[pair[0]] = value;
+    });
+    probe.remove();
+  }
+
+  // uPlot's axes in the page's colours (its defaults are black on whatever is behind).
+  function plot(opts, data, el) {
+    themeColors();
+    (opts.axes || []).forEach(function (axis) {
+      axis.stroke = axis.stroke || COLORS.ink;
+      axis.grid = axis.grid || { stroke: COLORS.grid, width: 1 };
+      axis.ticks = axis.ticks || { stroke: COLORS.grid, width: 1 };
+    });
+    return new uPlot(opts, data, el);
+  }
+
   Timeline.prototype.draw = function () {
+    themeColors();
     var d = this.data, w = d.window, c = this.canvas;
     var cssW = this.canvas.parentNode.clientWidth;
     var lanes = Math.max(1, d.lanes.length);
@@ -423,7 +448,7 @@
     var note = document.getElementById("chart-usage-note");
     note.textContent = "Cumulative for the run up to each point; dashed: the budget" +
       (u.max_tokens || u.max_cost_usd ? "." : " (this run has none).");
-    return new uPlot({
+    return plot({
       width: chartWidth(el), height: 220, series: series,
       scales: { x: { time: true }, tokens: { range: function (_, lo, hi) { return [0, Math.max(hi, u.max_tokens || 0) * 1.05 || 1]; } },
                 usd: { range: function (_, lo, hi) { return [0, Math.max(hi, u.max_cost_usd || 0) * 1.05 || 1]; } } },
@@ -436,7 +461,7 @@
   function barsChart(el, what, labels, series, data) {
     el.textContent = "";
     var idx = labels.map(function (_, i) { return i; });
-    return new uPlot({
+    return plot({
       width: chartWidth(el), height: 200,
       scales: { x: { time: false, range: [-0.6, Math.max(0.6, labels.length - 0.4)] } },
       series: [{ label: what, value: function (_, i) { return i === null ? "" : labels[i] || ""; } }].concat(series),
