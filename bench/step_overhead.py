@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_SERVER = os.environ.get("SHIFTLOG_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 NOTES = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1, 5))
 
-# Measured elsewhere on this kind of machine (see /work/shared/design/FACTS.md), not in this run:
+# Measured elsewhere on this kind of machine (see ../shared/design/FACTS.md beside the checkout), not in this run:
 # LangGraph 1.2 + SqliteSaver, scripted tool-calling loop, zero model latency.
 LANGGRAPH = {100: (2.7, 7_000_000), 300: (4.5, 61_000_000), 1_000: (12.0, 669_000_000)}
 
