@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: run test setup lint format bench clean system-deps browser
+.PHONY: run test test-pure test-db test-services test-pages setup lint format bench clean system-deps browser
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,16 +40,23 @@ run: setup system-deps
 
 # Every test on SQLite, then the ones that touch the database, the queue or the channel layer
 # again on the PostgreSQL and Redis of this machine (skipped, saying so, when they do not answer).
-# The browser tests of what pages show (ui_only: mostly waiting on a browser and a server) run
-# beside that second pass, each with its own database; its report is printed after theirs.
+# Two at a time, each pytest with its own data folder and database: most tests wait on processes,
+# browsers and sockets rather than on the CPU. -O prints each half's report whole when it ends.
 test: setup system-deps
-	$(PY) -m pytest -m "not ui_only"
-	@rm -f .postgres_redis.log; \
-	$(PY) -m tests.postgres_redis > .postgres_redis.log 2>&1 & pass2=$$!; \
-	$(PY) -m pytest -m ui_only; ui=$$?; \
-	wait $$pass2; pg=$$?; \
-	echo "--- the PostgreSQL + Redis pass ---"; cat .postgres_redis.log; rm -f .postgres_redis.log; \
-	test $$ui -eq 0 -a $$pg -eq 0
+	@$(MAKE) --no-print-directory -j2 -O test-pure test-db
+	@$(MAKE) --no-print-directory -j2 -O test-services test-pages
+
+# The halves: code that touches no database (sandbox, shell, snapshots, policy, ...); everything
+# else on SQLite but the browser tests of what pages show; the second pass on PostgreSQL + Redis
+# (tests.postgres_redis); and those browser tests (ui_only), which read the same on any database.
+test-pure: setup
+	$(PY) -m pytest -m "no_services and not ui_only"
+test-db: setup
+	$(PY) -m pytest -m "not no_services and not ui_only"
+test-services: setup
+	$(PY) -m tests.postgres_redis
+test-pages: setup system-deps
+	$(PY) -m pytest -m ui_only
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -393,7 +393,8 @@ def test_stale_cgroups_are_found_by_name_and_removed(mark: str) -> None:
         live = [h.base / f"cmd-{os.getpid()}-{own_start}-999999" for h in SUPPORT.hierarchies()]
         for folder in live:
             folder.mkdir()
-        assert cleanup_stale_cgroups() == len(made)
+        # At least ours (another test run's dead worker may have left some of its own).
+        assert cleanup_stale_cgroups() >= len(made)
         assert sleeper.wait(5) == -signal.SIGKILL
         assert not any(folder.exists() for folder in made)
         assert all(folder.exists() for folder in live)
