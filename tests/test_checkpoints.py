@@ -466,7 +466,7 @@ def test_rewinding_a_running_run_pauses_it_lets_its_step_finish_and_it_continues
     assert target.files == 1
 
     out = cli("rewind_run", str(run.pk), "--to", str(target.number), "--user", "olivia")
-    assert f"run {run.pk} → checkpoint {target.pk}: rewound" in out
+    assert f"run {run.pk} → checkpoint {target.number}: rewound" in out
     run.refresh_from_db()
     log = details()
     assert run.status == RunStatus.QUEUED, log

@@ -109,7 +109,7 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
         page.click(f"#checkpoint-{target.number} a:has-text('Rewind')")
         panel = page.wait_for_selector("#checkpoint-action #confirm-panel", timeout=10_000)
         text = panel.inner_text()
-        assert f"Rewind run {run_id} to checkpoint #{target.seq}?" in text
+        assert f"Rewind run {run_id} to checkpoint {target.number}?" in text
         assert "Would discard" in text and "Sessions started after it: 2" in text, text
         assert "textstats.py" in text and "tool.call" in text, text
         assert status_of(run_id) == RunStatus.PAUSED, "showing the panel changed nothing"
