@@ -598,7 +598,7 @@ def test_a_failed_webhook_attempt_schedules_the_next_after_a_doubling_backoff_wi
         for attempt in (1, 2):
             started = time.monotonic()
             assert not tasks.deliver_webhook.call_local(**task_kwargs)
-            assert time.monotonic() - started < 2, "the task waited instead of scheduling"
+            assert time.monotonic() - started < 10, "the task waited (30 s) instead of scheduling"
             (retry,) = queued_webhooks()
             assert retry.kwargs == {**task_kwargs, "attempt": attempt + 1}
             delays.append(in_seconds(retry.eta))

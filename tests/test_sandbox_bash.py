@@ -143,7 +143,7 @@ def test_timeout_kills_the_whole_group(ws: Workspace, isolation: str, sleep_mark
     result = run_command(
         f"{sleep_marker} & echo started; wait", workspace=ws, isolation=isolation, timeout=1
     )
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # the 1 s timeout, not the sleep, ended it
     assert result.timed_out
     assert result.exit_code is None
     assert not result.cancelled
@@ -175,7 +175,7 @@ def test_should_stop_cancels(ws: Workspace, isolation: str, sleep_marker: str) -
         should_stop=should_stop,
         poll_interval=0.05,
     )
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # stopped, not the 30 s timeout
     assert result.cancelled
     assert not result.timed_out
     assert result.exit_code is None
@@ -226,9 +226,9 @@ def test_huge_output_does_not_block(ws: Workspace) -> None:
         workspace=ws,
         isolation="subprocess",
         output_limit=2000,
-        timeout=10,
+        timeout=30,
     )
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # loose: it ends, it does not block
     assert result.exit_code == 0
     assert result.truncated
     assert result.output.endswith("END\n")

@@ -167,7 +167,7 @@ def test_asking_refuses_at_once_and_is_recorded_as_asked(
 ) -> None:
     started = time.monotonic()
     _, out = sh("curl -sS -i http://unknown.example:8080/x", ws, proxy)
-    assert time.monotonic() - started < 5  # no compute waits for a person
+    assert time.monotonic() - started < 15  # no compute waits for a person
     assert (
         "Shiftlog: connections to unknown.example:8080 need a person's approval; one has been "
         "asked for — retry after it is decided" in out

@@ -80,8 +80,10 @@ def our_cgroups() -> list[Path]:
 def healthy(ws: Workspace, isolation: str) -> None:
     """The caller and the machine can still run a command at once."""
     started = time.monotonic()
-    result = run_command("echo ok", workspace=ws, isolation=isolation, timeout=10)
-    assert result.output == "ok\n" and time.monotonic() - started < 5
+    result = run_command("echo ok", workspace=ws, isolation=isolation, timeout=30)
+    # Bounds here are loose on purpose (the machine may be busy with other tests): they tell
+    # "ends" from "hangs", they do not time anything.
+    assert result.output == "ok\n" and time.monotonic() - started < 15
     assert our_cgroups() == []
 
 
@@ -140,7 +142,7 @@ def test_a_20_gb_allocation_fails_fast_with_the_default_limits(
         'python3 -c "x = bytearray(20 * 1024**3)"', workspace=ws, isolation=isolation, timeout=60
     )
     report("20 GB allocation", started, result)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30
     assert result.exit_code not in (0, None)
     # Refused at once by the address-space limit (16 GiB) or killed at the cgroup's 2 GiB.
     assert "MemoryError" in result.output or result.exceeded == ["memory"], result.output
@@ -158,10 +160,10 @@ def test_the_memory_cgroup_kills_a_command_over_its_limit(ws: Workspace, isolati
         workspace=ws,
         isolation=isolation,
         limits=limits,
-        timeout=30,
+        timeout=60,
     )
     report("1 GiB over a 256 MiB cgroup", started, result)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30
     assert result.limits["memory"].startswith("cgroup")
     assert "python exited 137" in result.output  # SIGKILL from the OOM killer
     assert result.exceeded == ["memory"]
@@ -205,13 +207,13 @@ def test_a_shell_fork_bomb_ends_the_command_not_the_machine(
         workspace=ws,
         isolation=isolation,
         limits=limits,
-        timeout=10,
+        timeout=30,
     )
     report("shell fork bomb", started, result)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30
     assert "processes" in result.exceeded
     assert "process limit reached (64 processes)" in result.note
-    assert gone_within(f"bomb-{mark}", 1.0), "fork bomb processes left behind"
+    assert gone_within(f"bomb-{mark}", 5.0), "fork bomb processes left behind"
     healthy(ws, isolation)
 
 
@@ -237,9 +239,9 @@ def test_a_python_fork_loop_is_held_at_the_limit_and_killed(
         timeout=3,
     )
     report("python fork loop", started, result)
-    assert result.timed_out and time.monotonic() - started < 8
+    assert result.timed_out and time.monotonic() - started < 20
     assert "processes" in result.exceeded
-    assert gone_within(f"forkloop-{mark}", 1.0)
+    assert gone_within(f"forkloop-{mark}", 5.0)
     healthy(ws, isolation)
 
 
@@ -274,9 +276,9 @@ def test_cpu_time_limit(ws: Workspace, isolation: str) -> None:
         workspace=ws,
         isolation=isolation,
         limits=Limits(cpu_seconds=1),
-        timeout=20,
+        timeout=40,
     )
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20
     assert result.exit_code == 128 + signal.SIGXCPU
     assert result.exceeded == ["cpu"] and "CPU time limit (1 s)" in result.note
 
