@@ -94,6 +94,23 @@ def dump_events(run_id: int) -> str:
 
 
 # --- processes ------------------------------------------------------------------------------
+# Runs a command so that it gets SIGKILL when the test process dies, however it dies (a killed
+# pytest leaves no server or worker behind): the death signal survives the exec. No preexec_fn,
+# which is not safe in a process with threads (Playwright's).
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)\n"  # PR_SET_PDEATHSIG
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dying_with_us(argv: list[str]) -> list[str]:
+    """`argv`, started so that it dies with this process."""
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+
+
 def process_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a real process (worker, web server, command) that must share this
     test's database, data folder and backends: SQLite or PostgreSQL, SqliteHuey or Redis."""
@@ -216,7 +233,7 @@ class Procs:
         log_path = self.tmp_path / f"{name}-{len(self.started)}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                argv,
+                dying_with_us(argv),
                 cwd=BASE_DIR,
                 env=env or self.env(),
                 stdin=subprocess.DEVNULL,

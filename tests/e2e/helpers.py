@@ -13,7 +13,7 @@ import time
 import urllib.request
 
 from agents.models import Run
-from tests.procs import process_env, wait_for
+from tests.procs import dying_with_us, process_env, wait_for
 from tests.test_serve import free_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -96,7 +96,9 @@ def serving(tmp_path, **env):
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"],
+        dying_with_us(
+            [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"]
+        ),
         env=serve_env(tmp_path, **env),
         stdout=log,
         stderr=subprocess.STDOUT,
