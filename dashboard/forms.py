@@ -48,18 +48,31 @@ class RuleForm(forms.Form):
     tool = forms.CharField(
         required=False,
         max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": "bash, write_file, network, *"}),
+        widget=forms.TextInput(
+            attrs={"placeholder": "bash, write_file, network, *", "aria-label": "Rule: tool"}
+        ),
     )
     pattern = forms.CharField(
         required=False,
         strip=False,  # a regular expression: its spaces mean something
         max_length=2000,
-        widget=forms.TextInput(attrs={"placeholder": "a regular expression, e.g. ^pip install"}),
+        widget=forms.TextInput(
+            attrs={
+                "placeholder": "a regular expression, e.g. ^pip install",
+                "aria-label": "Rule: pattern",
+            }
+        ),
     )
     action = forms.ChoiceField(
-        required=False, choices=[("ask", "ask"), ("allow", "allow"), ("deny", "deny")]
+        required=False,
+        choices=[("ask", "ask"), ("allow", "allow"), ("deny", "deny")],
+        widget=forms.Select(attrs={"aria-label": "Rule: action"}),
     )
-    note = forms.CharField(required=False, max_length=2000)
+    note = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.TextInput(attrs={"aria-label": "Rule: note"}),
+    )
 
     def clean(self):
         data = super().clean()

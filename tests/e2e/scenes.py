@@ -40,7 +40,7 @@ def page_urls(run: Run) -> dict[str, str]:
         "runs list": "/",
         "run page": f"/runs/{run.pk}/",
         "approvals": "/approvals/",
-        "checkpoint": f"/runs/{run.pk}/checkpoints/{first.pk}/rewind",
-        "diff": f"/runs/{run.pk}/diff/?a={first.pk}&b=live",
+        "checkpoint": f"/runs/{run.pk}/checkpoints/{first.number}/rewind",
+        "diff": f"/runs/{run.pk}/diff/?a={first.number}&b=live",
         "new run": "/runs/new/?demo=1",
     }

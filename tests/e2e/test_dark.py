@@ -63,6 +63,7 @@ def test_a_dark_system_gets_dark_pages_and_dark_highlighting(pages, eve, tmp_pat
         run = waiting_demo(eve)
         page = pages(color_scheme="dark")
         log_in(page, base)
+        page.goto(f"{base}/")  # the runs list (a person lands on the Overview)
         assert_dark(page, "table.runs", "#run-rows .goal a")
         page.screenshot(path=str(shots / "dark-runs-list.png"))
         page.goto(f"{base}/approvals/")
@@ -100,6 +101,7 @@ def test_the_theme_button_overrides_the_system_and_sticks(pages, eve, tmp_path):
                  obs.disconnect(); } }).observe(document, {childList: true, subtree: true});"""
         )
         log_in(page, base)
+        page.goto(f"{base}/")  # the runs list (a person lands on the Overview)
         assert_light(page)
         toggle = page.locator("#theme-toggle")
         assert toggle.inner_text() == "Theme: system"

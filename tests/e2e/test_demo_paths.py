@@ -60,7 +60,7 @@ def test_denying_the_cleanup_to_keep_the_cache_leaves_a_gitignore(pages, eve, tm
         page.screenshot(path=str(shots / "run-denied-to-keep.png"), full_page=True)
         # The diff from the run's start to the live workspace lists the new file.
         start = Run.objects.get(pk=run_id).checkpoints.get(kind="run_start")
-        page.goto(f"{base}/runs/{run_id}/diff/?a={start.pk}&b=live")
+        page.goto(f"{base}/runs/{run_id}/diff/?a={start.number}&b=live")
         summary = page.inner_text("#diff-summary")
         assert ".gitignore" in summary, summary
         gitignore = page.locator(".file-diff", has_text=".gitignore").inner_text()

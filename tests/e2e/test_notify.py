@@ -40,6 +40,7 @@ def test_the_title_counts_waiting_approvals_and_notify_me_notifies(pages, eve, t
         page.context.grant_permissions(["notifications"], origin=base)
         page.context.add_init_script(STUB)
         log_in(page, base)
+        page.goto(f"{base}/")  # the runs list (a person lands on the Overview)
         wait_js(page, "document.querySelector('#live-state.on') !== null")
         assert page.title() == "Runs · Shiftlog"
         button = page.locator("#notify-toggle")
