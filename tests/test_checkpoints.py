@@ -251,7 +251,7 @@ def test_checkpoint_run_on_demand_and_artifacts_cli(tmp_path, decider):
     run = drive_until_idle(services.create_demo_run())
     out = cli("checkpoint_run", str(run.pk), "--label", "before lunch", "--user", "dana")
     cp = run.checkpoints.get(kind="manual")
-    assert f"checkpoint {cp.pk}" in out and cp.label == "before lunch"
+    assert f"checkpoint {cp.number}" in out and cp.label == "before lunch"
     assert (
         Event.objects.get(run=run, kind="checkpoint.created", payload__kind="manual").actor
         == "user:dana"

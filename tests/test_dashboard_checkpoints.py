@@ -185,7 +185,7 @@ def test_rewinding_from_the_dashboard_and_the_run_continues(
     assert waiting_run.status == "queued" and waiting_run.head_checkpoint_id == end.pk
     # On its way the run paused, and said so in the log, without a webhook nobody asked for.
     paused = Event.objects.get(run=waiting_run, kind="run.status", payload__to="paused")
-    assert f"to rewind to checkpoint {end.pk}" in paused.payload["reason"]
+    assert f"to rewind to checkpoint {end.number}" in paused.payload["reason"]
     rewound = Event.objects.get(run=waiting_run, kind="run.rewound")
     assert rewound.actor == "user:olivia" and rewound.payload["note"] == "be careful with rm"
     # The demo replays session 2 and waits at its risky step again.

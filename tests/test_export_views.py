@@ -59,16 +59,16 @@ def test_the_owner_and_a_viewer_download_the_tar(run, owner, viewer):
 def test_the_owner_and_a_viewer_download_the_patch(run, owner, viewer):
     a, b = run.first, run.second
     for user in (owner, viewer):
-        response = client_for(user).get(patch_url(run, a.pk, b.pk))
+        response = client_for(user).get(patch_url(run, a.number, b.number))
         assert response.status_code == 200
         assert response["Content-Type"] == "text/x-diff; charset=utf-8"
         assert response["Content-Disposition"].endswith(f'{export.patch_name(a, b)}.patch"')
         assert body(response) == export.patch(a, b)
     (run.workspace_path / "c.txt").write_text("live\n")
-    data = body(client_for(owner).get(patch_url(run, a.pk, "live")))
+    data = body(client_for(owner).get(patch_url(run, a.number, "live")))
     assert data == export.patch(a, None) and b"+live" in data
     # b defaults to live, as on the diff page.
-    assert body(client_for(owner).get(f"/runs/{run.pk}/diff.patch?a={a.pk}")) == data
+    assert body(client_for(owner).get(f"/runs/{run.pk}/diff.patch?a={a.number}")) == data
 
 
 def test_outsiders_get_404_and_anonymous_visitors_the_login(run, outsider):
