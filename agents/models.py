@@ -47,6 +47,8 @@ DRIVABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.VE
 class Provider(models.TextChoices):
     SCRIPTED = "scripted", "scripted (offline)"
     ANTHROPIC = "anthropic", "Anthropic"
+    # Driven by a process outside Shiftlog through the API (agents/runtime/external.py).
+    EXTERNAL = "external", "external agent"
 
 
 class RunQuerySet(models.QuerySet):
@@ -208,6 +210,10 @@ class Run(models.Model):
     lease_renewals = models.PositiveBigIntegerField(default=0)
     lease_expiries = models.PositiveIntegerField(default=0)
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # External runs: the agent's last call to the API, and how long it may stay silent before
+    # the run shows as stalled (None: the SHIFTLOG_EXTERNAL_HEARTBEAT_SECONDS default).
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -241,6 +247,22 @@ class Run(models.Model):
     @property
     def is_offline(self) -> bool:
         return self.provider == Provider.SCRIPTED
+
+    @property
+    def is_external(self) -> bool:
+        return self.provider == Provider.EXTERNAL
+
+    @property
+    def heartbeat_window(self) -> int:
+        return self.heartbeat_seconds or int(settings.SHIFTLOG["EXTERNAL_HEARTBEAT_SECONDS"])
+
+    @property
+    def stalled(self) -> bool:
+        """An external run that should be working but whose agent has gone quiet."""
+        if not self.is_external or self.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            return False
+        since = self.last_contact_at or self.created_at
+        return (timezone.now() - since).total_seconds() > self.heartbeat_window
 
     @property
     def unisolated(self) -> bool:
@@ -596,3 +618,31 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"Approval {self.pk} ({self.tool_name}, {self.status})"
+
+
+class ExternalCallDecision(models.TextChoices):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class ExternalCall(models.Model):
+    """A tool call an external agent asked about before running it: the policy's decision, the
+    approval it waits on (when asked), and whether its result has come back."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="external_calls")
+    tool_use_id = models.CharField(max_length=100, unique=True)
+    tool = models.CharField(max_length=100)
+    input = models.JSONField(default=dict)
+    decision = models.CharField(max_length=10, choices=ExternalCallDecision.choices)
+    reason = models.TextField(blank=True)
+    approval = models.ForeignKey(Approval, null=True, blank=True, on_delete=models.SET_NULL)
+    called_seq = models.PositiveBigIntegerField(null=True, blank=True)  # its tool.call event
+    result_seq = models.PositiveBigIntegerField(null=True, blank=True)  # its tool.result event
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool} call {self.tool_use_id} of run {self.run_id}"

@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "csp",
     "agents",
     "dashboard",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -369,4 +370,9 @@ SHIFTLOG = {
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),
+    # External runs: an agent silent for this long shows as stalled (each run may set its own).
+    "EXTERNAL_HEARTBEAT_SECONDS": int(env_number("SHIFTLOG_EXTERNAL_HEARTBEAT_SECONDS", 300)),
+    # The API: requests per minute per token, and the largest body (a workspace upload).
+    "API_RATE_PER_MINUTE": int(env_number("SHIFTLOG_API_RATE_PER_MINUTE", 600)),
+    "API_MAX_UPLOAD_MB": int(env_number("SHIFTLOG_API_MAX_UPLOAD_MB", 512)),
 }

@@ -1,0 +1,77 @@
+"""API tokens: only a hash is stored; the token itself is shown once, when it is made."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+SCOPES = ("read", "write", "decide")
+PREFIX = "shl_"
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenQuerySet(models.QuerySet):
+    def usable(self) -> TokenQuerySet:
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    # The first characters, to tell tokens apart in lists; never enough to use one.
+    prefix = models.CharField(max_length=12)
+    hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user}, {','.join(self.scopes)})"
+
+    @classmethod
+    def issue(cls, user, scopes: list[str], *, name: str = "", expires_at=None):
+        """A new token: (row, the token itself, which is not kept)."""
+        token = PREFIX + secrets.token_urlsafe(32)
+        row = cls.objects.create(
+            user=user,
+            name=name,
+            prefix=token[: len(PREFIX) + 6],
+            hash=digest(token),
+            scopes=list(scopes),
+            expires_at=expires_at,
+        )
+        return row, token
+
+    @property
+    def state(self) -> str:
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+    def revoke(self) -> bool:
+        return bool(
+            ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
+                revoked_at=timezone.now()
+            )
+        )
