@@ -129,7 +129,11 @@ def result(request, call_id: str, body: ResultIn):
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "a .tar.gz of the workspace (sent as application/gzip or "
+            "application/octet-stream)",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
         }
     },
 )

@@ -17,6 +17,7 @@ from ninja import NinjaAPI
 
 from api import agent_harness, decisions, errors, history, runs
 from api.auth import Bearer, PerToken
+from api.schemas import Problem
 
 
 def _logged_in_or_token(view):
@@ -44,7 +45,39 @@ def _logged_in_or_token(view):
     return wrapped
 
 
-api = NinjaAPI(
+ERRORS = {
+    "400": "The body is not JSON",
+    "401": "No token, or an unknown, revoked or expired one",
+    "403": "The token lacks the scope, or its user the permission",
+    "404": "No such thing, or one the token's user may not see",
+    "409": "The run's (or approval's) state does not allow it",
+    "413": "The body is too large",
+    "422": "The request is not valid: detail names the field",
+    "429": "Too many requests for this token: see Retry-After",
+}
+
+
+class Api(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """Every operation's errors are documented, as application/problem+json."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        problem = {"$ref": "#/components/schemas/Problem"}
+        schema["components"].setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                for code, text in ERRORS.items():
+                    responses.setdefault(
+                        code,
+                        {
+                            "description": text,
+                            "content": {errors.PROBLEM: {"schema": problem}},
+                        },
+                    )
+        return schema
+
+
+api = Api(
     title="Shiftlog API",
     version="1",
     description="Runs, events, approvals, checkpoints and artifacts of Shiftlog, and the "

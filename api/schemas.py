@@ -18,7 +18,8 @@ PathId = Annotated[int, Path(ge=1, le=2**53)]
 Count = Annotated[int, Field(ge=1, le=2**53)]
 Text = Annotated[str, Field(max_length=20_000)]
 Line = Annotated[str, Field(max_length=2_000)]
-Tokens = Annotated[int, Field(ge=0, le=10**12)]
+# A turn's tokens: far above any model's context, far below what would overflow the run's cost.
+Tokens = Annotated[int, Field(ge=0, le=10_000_000)]
 
 
 class In(Schema):

@@ -49,7 +49,7 @@ def test_no_bad_revoked_or_expired_token_is_401(owner):
 
     from django.utils import timezone
 
-    old, token = ApiToken.issue(owner, ["read"], expires_at=timezone.now() - timedelta(seconds=1))
+    _, token = ApiToken.issue(owner, ["read"], expires_at=timezone.now() - timedelta(seconds=1))
     is_problem(Client(HTTP_AUTHORIZATION=f"Bearer {token}").get("/api/v1/runs"), 401)
     owner.is_active = False
     owner.save()

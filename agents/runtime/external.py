@@ -24,7 +24,7 @@ from typing import IO, Any
 from django.conf import settings
 from django.utils import timezone
 
-from agents import leases, sandbox
+from agents import inputs, leases, sandbox
 from agents.lifecycle import IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,
@@ -37,6 +37,7 @@ from agents.models import (
     Run,
     RunStatus,
 )
+from agents.providers import pricing
 from agents.providers.base import Turn, Usage
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import call_event
@@ -190,8 +191,15 @@ def turn(
 ) -> dict[str, Any]:
     """A model turn of the agent, with its usage: it counts against the run's budgets; past a
     cap the run pauses, and the answer says so."""
+    priced = pricing.cost(model or _external(run_id).model, usage)
     with _driving(run_id, actor) as h:
         s = h.s
+        if s.run.cost_usd + priced.usd > inputs.MAX_DOLLARS:
+            raise ExternalError(
+                f"this turn would take the run's cost past ${inputs.MAX_DOLLARS}, more than "
+                "can be recorded",
+                422,
+            )
         s.context_seq = s.known_seq
         content = [{"type": "text", "text": text}] if text else []
         h.turns.record(
