@@ -57,11 +57,6 @@ MARKS = frozenset(
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def enabled() -> bool:
-    """Whether runs are exported when they end (a collector is configured)."""
-    return bool(settings.SHIFTLOG["OTEL_ENDPOINT"])
-
-
 def traces_url(endpoint: str) -> str:
     """The OTLP/HTTP traces URL of a collector's base URL (as OTEL_EXPORTER_OTLP_ENDPOINT
     names it); a URL already ending in /v1/traces is taken as it is."""
@@ -162,6 +157,75 @@ def preview(value: Any) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
+def gen_ai(run: Run, operation: str) -> dict[str, str]:
+    """The GenAI operation and provider (gen_ai.system: the older name, still widely read)."""
+    provider = str(run.provider)
+    return {
+        "gen_ai.operation.name": operation,
+        "gen_ai.provider.name": provider,
+        "gen_ai.system": provider,
+    }
+
+
+def run_attributes(run: Run, *, sessions: int) -> dict[str, Any]:
+    usage = {
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cache_read_input_tokens": run.cache_read_tokens,
+        "cache_creation_input_tokens": run.cache_write_tokens,
+    }
+    return {
+        **gen_ai(run, "invoke_agent"),
+        **usage_attributes(usage),
+        "gen_ai.agent.name": SERVICE_NAME,
+        "gen_ai.agent.id": str(run.pk),
+        "gen_ai.request.model": run.model,
+        "shiftlog.run.goal": preview(run.goal),
+        "shiftlog.run.status": run.status,
+        "shiftlog.run.turns": run.turns,
+        "shiftlog.run.cost_usd": str(run.cost_usd),
+        "shiftlog.run.sessions": sessions,
+        "shiftlog.run.forked_from_checkpoint": run.forked_from_id,
+    }
+
+
+def usage_attributes(usage: dict[str, Any]) -> dict[str, int]:
+    """GenAI usage attributes of a model.turn's usage. The conventions count cached input in
+    gen_ai.usage.input_tokens (the Anthropic API counts it apart): the sum, and each part."""
+    cached = int(usage.get("cache_read_input_tokens") or 0)
+    created = int(usage.get("cache_creation_input_tokens") or 0)
+    return {
+        "gen_ai.usage.input_tokens": int(usage.get("input_tokens") or 0) + cached + created,
+        "gen_ai.usage.output_tokens": int(usage.get("output_tokens") or 0),
+        "gen_ai.usage.cache_read.input_tokens": cached,
+        "gen_ai.usage.cache_creation.input_tokens": created,
+    }
+
+
+def check_attributes(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "shiftlog.check.command": preview(str(p.get("command") or "")),
+        "shiftlog.check.passed": bool(p.get("passed")),
+        "shiftlog.check.exit_code": p.get("exit_code"),
+        "shiftlog.check.timed_out": bool(p.get("timed_out")),
+        "shiftlog.check.required": p.get("required"),
+        "shiftlog.check.at": p.get("at"),
+        "shiftlog.check.output_chars": len(str(p.get("output") or "")),
+        "shiftlog.duration_ms": p.get("duration_ms"),
+    }
+
+
+def scalars(payload: dict[str, Any], limit: int = 12) -> dict[str, Any]:
+    """A payload's plain values as `shiftlog.*` attributes (strings as previews)."""
+    found: dict[str, Any] = {}
+    for key, value in list(payload.items())[:limit]:
+        if isinstance(value, bool | int | float):
+            found[f"shiftlog.{key}"] = value
+        elif isinstance(value, str):
+            found[f"shiftlog.{key}"] = preview(value)
+    return found
+
+
 @dataclass
 class _Row:
     seq: int
@@ -181,7 +245,6 @@ class _Open:
     span: Span
     session_id: int | None
     seq: int
-    name: str = ""
 
 
 @dataclass
@@ -234,14 +297,6 @@ class _Trace:
         index = self.session_index.get(row.session_id) if row.session_id else None
         return {"shiftlog.session.index": index}
 
-    def gen_ai(self, operation: str) -> dict[str, Any]:
-        provider = str(self.run.provider)
-        return {
-            "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": provider,
-            "gen_ai.system": provider,
-        }
-
     # -- the run --
     def begin(self, first_at: int) -> None:
         run = self.run
@@ -250,24 +305,7 @@ class _Trace:
             "run",
             min(ns(run.created_at), first_at) if first_at else ns(run.created_at),
             parent=None,
-            attributes={
-                **self.gen_ai("invoke_agent"),
-                "gen_ai.agent.name": SERVICE_NAME,
-                "gen_ai.agent.id": str(run.pk),
-                "gen_ai.request.model": run.model,
-                "gen_ai.usage.input_tokens": run.input_tokens
-                + run.cache_read_tokens
-                + run.cache_write_tokens,
-                "gen_ai.usage.output_tokens": run.output_tokens,
-                "gen_ai.usage.cache_read.input_tokens": run.cache_read_tokens,
-                "gen_ai.usage.cache_creation.input_tokens": run.cache_write_tokens,
-                "shiftlog.run.goal": preview(run.goal),
-                "shiftlog.run.status": run.status,
-                "shiftlog.run.turns": run.turns,
-                "shiftlog.run.cost_usd": str(run.cost_usd),
-                "shiftlog.run.sessions": len(self.session_index),
-                "shiftlog.run.forked_from_checkpoint": run.forked_from_id,
-            },
+            attributes=run_attributes(run, sessions=len(self.session_index)),
         )
 
     def finish(self, last_at: int) -> None:
@@ -293,16 +331,10 @@ class _Trace:
         self.previous_at = row.at
 
     def mark(self, row: _Row) -> None:
-        parent = self.parent_of(row)
-        attributes: dict[str, Any] = {"shiftlog.seq": row.seq}
-        for key, value in list(row.p.items())[:12]:
-            if isinstance(value, bool | int | float):
-                attributes[f"shiftlog.{key}"] = value
-            elif isinstance(value, str):
-                attributes[f"shiftlog.{key}"] = preview(value)
+        attributes = {"shiftlog.seq": row.seq, **scalars(row.p)}
         if in_ranges(row.seq, self.ranges):
             attributes["shiftlog.abandoned"] = True
-        parent.add_event(row.kind, attributes, timestamp=row.at)
+        self.parent_of(row).add_event(row.kind, attributes, timestamp=row.at)
 
     def on_error(self, row: _Row) -> None:
         self.parent_of(row).add_event(
@@ -348,8 +380,6 @@ class _Trace:
         tool_uses = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
         for block in tool_uses:
             self.asked_at[str(block.get("id"))] = row.at
-        cached = int(usage.get("cache_read_input_tokens") or 0)
-        created = int(usage.get("cache_creation_input_tokens") or 0)
         model = p.get("model") or self.run.model
         span = self.start(
             f"chat {model}",
@@ -357,15 +387,12 @@ class _Trace:
             start,
             parent=self.parent_of(row),
             attributes={
-                **self.gen_ai("chat"),
+                **gen_ai(self.run, "chat"),
                 **self.session_attrs(row),
+                **usage_attributes(usage),
                 "gen_ai.request.model": self.run.model,
                 "gen_ai.response.model": model,
                 "gen_ai.response.finish_reasons": [str(p.get("stop_reason") or "")],
-                "gen_ai.usage.input_tokens": int(usage.get("input_tokens") or 0) + cached + created,
-                "gen_ai.usage.output_tokens": int(usage.get("output_tokens") or 0),
-                "gen_ai.usage.cache_read.input_tokens": cached,
-                "gen_ai.usage.cache_creation.input_tokens": created,
                 "shiftlog.cost_usd": str(p.get("cost_usd") or "0"),
                 "shiftlog.turn.text_chars": len(p.get("text") or ""),
                 "shiftlog.turn.tool_calls": len(tool_uses),
@@ -387,7 +414,7 @@ class _Trace:
             start,
             parent=self.parent_of(row),
             attributes={
-                **self.gen_ai("execute_tool"),
+                **gen_ai(self.run, "execute_tool"),
                 **self.session_attrs(row),
                 "gen_ai.tool.name": name,
                 "gen_ai.tool.call.id": tool_use_id,
@@ -402,7 +429,7 @@ class _Trace:
     def on_tool_call(self, row: _Row) -> None:
         span = self._tool_span(row, row.at, row.p.get("input"))
         tool_use_id = str(row.p.get("tool_use_id") or "")
-        self.tools[tool_use_id] = _Open(span, row.session_id, row.seq, str(row.p.get("name")))
+        self.tools[tool_use_id] = _Open(span, row.session_id, row.seq)
 
     def on_tool_result(self, row: _Row) -> None:
         p = row.p
@@ -477,27 +504,15 @@ class _Trace:
             p = row.p
             end = row.at if end is None else min(end, row.at)
             start = end - int(float(p.get("duration_ms") or 0) * 1_000_000)
-            command = str(p.get("command") or "")
-            passed = bool(p.get("passed"))
             span = self.start(
-                f"check {preview(command)[:80]}",
+                f"check {preview(str(p.get('command') or ''))[:80]}",
                 row.seq,
                 start,
                 parent=tool or self.parent_of(row),
-                attributes={
-                    **self.session_attrs(row),
-                    "shiftlog.check.command": preview(command),
-                    "shiftlog.check.passed": passed,
-                    "shiftlog.check.exit_code": p.get("exit_code"),
-                    "shiftlog.check.timed_out": bool(p.get("timed_out")),
-                    "shiftlog.check.required": p.get("required"),
-                    "shiftlog.check.at": p.get("at"),
-                    "shiftlog.check.output_chars": len(str(p.get("output") or "")),
-                    "shiftlog.duration_ms": p.get("duration_ms"),
-                },
+                attributes={**self.session_attrs(row), **check_attributes(p)},
                 seq=row.seq,
             )
-            if not passed:
+            if not p.get("passed"):
                 state = "timed out" if p.get("timed_out") else f"exit code {p.get('exit_code')}"
                 span.set_attribute("error.type", "check_failed")
                 span.set_status(Status(StatusCode.ERROR, f"check failed ({state})"))
@@ -515,7 +530,7 @@ class _Trace:
             self.previous_at or row.at,
             parent=self._enclosing_tool(row) or self.parent_of(row),
             attributes={
-                **self.gen_ai("chat"),
+                **gen_ai(self.run, "chat"),
                 **self.session_attrs(row),
                 "gen_ai.request.model": model,
                 "gen_ai.usage.input_tokens": int(usage.get("input_tokens") or 0),
