@@ -7,10 +7,11 @@ raises instead of being silently ignored.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, notifications
+from agents import eventlog, jobs, notifications
 from agents.models import EventKind, Run, RunStatus
 
 S = RunStatus
@@ -83,4 +84,8 @@ def transition(
             setattr(run, name, value)
         if notify and target in notifications.NOTIFY_STATUSES:
             notifications.notify(run, f"run.{target}", previous=current)
+        if target in TERMINAL and settings.SHIFTLOG["OTEL_ENDPOINT"]:
+            # The run's whole trace, once, by a worker after commit: nobody waits on the
+            # collector (agents/telemetry.py).
+            jobs.later("export_trace", run_id=run_id)
     return run

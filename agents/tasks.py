@@ -12,7 +12,7 @@ from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from agents import checkpoints, jobs, notifications, reaper
+from agents import checkpoints, jobs, notifications, reaper, telemetry
 from agents.runtime.loop import drive
 
 # A requested rewind tries again this often while the run's worker finishes its step.
@@ -48,10 +48,22 @@ def deliver_webhook(*, run_id: int, url: str, payload: dict, attempt: int = 1) -
     return notifications.deliver(run_id, url, payload, attempt=attempt)
 
 
+@db_task()
+def export_trace(*, run_id: int) -> int | None:
+    # One attempt: a collector that is down costs a warning in the log, not a retry loop here
+    # (the exporter retries briefly itself).
+    return telemetry.export(run_id)
+
+
 @db_periodic_task(crontab(minute="*"))
 def reap_runs() -> list[int]:
     # The embedded `serve` also reaps every few seconds; this covers plain `run_huey` workers.
     return reaper.reap() if settings.SHIFTLOG["REAPER_INTERVAL_SECONDS"] else []
 
 
-jobs.register(run_slice=run_slice, rewind_run=rewind_run, deliver_webhook=deliver_webhook)
+jobs.register(
+    run_slice=run_slice,
+    rewind_run=rewind_run,
+    deliver_webhook=deliver_webhook,
+    export_trace=export_trace,
+)

@@ -314,6 +314,16 @@ def _webhook_urls() -> list[str]:
         raise ImproperlyConfigured(f"SHIFTLOG_WEBHOOK_URLS: {e}") from None
 
 
+def _otel_endpoint() -> str:
+    from agents.inputs import InputError, http_url  # noqa: PLC0415 (as _tool_policy)
+
+    raw = env_str("OTEL_EXPORTER_OTLP_ENDPOINT").strip()
+    try:
+        return http_url(raw, what="the collector's URL") if raw else ""
+    except InputError as e:
+        raise ImproperlyConfigured(f"OTEL_EXPORTER_OTLP_ENDPOINT: {e}") from None
+
+
 SHIFTLOG = {
     "WORKSPACE_ROOT": Path(env_str("SHIFTLOG_WORKSPACES", str(DATA_DIR / "workspaces"))),
     "BLOB_ROOT": Path(env_str("SHIFTLOG_BLOBS", str(DATA_DIR / "blobs"))),
@@ -375,4 +385,7 @@ SHIFTLOG = {
     # The API: requests per minute per token, and the largest body (a workspace upload).
     "API_RATE_PER_MINUTE": int(env_number("SHIFTLOG_API_RATE_PER_MINUTE", 600)),
     "API_MAX_UPLOAD_MB": int(env_number("SHIFTLOG_API_MAX_UPLOAD_MB", 512)),
+    # An OpenTelemetry collector (OTLP over HTTP): each run that ends is sent to it as a trace
+    # (agents/telemetry.py). Empty: nothing is exported.
+    "OTEL_ENDPOINT": _otel_endpoint(),
 }
