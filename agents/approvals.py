@@ -194,7 +194,7 @@ def decide(
         if approval.tool_name == policy.NETWORK_TOOL:
             raise ApprovalError("a network connection is allowed or denied, not edited")
         try:
-            edited_input = sandbox.validate_input(approval.tool_name, edited_input)
+            edited_input = _valid_edit(approval, edited_input)
         except sandbox.ToolInputError as e:
             raise ApprovalError(
                 f"the edited input is not valid for {approval.tool_name}: {e}"
@@ -256,6 +256,16 @@ def decide(
         _resume_if_all_decided(run, actor)
     approval.refresh_from_db()
     return approval
+
+
+def _valid_edit(approval: Approval, edited: Any) -> dict[str, Any]:
+    """An edit checked as the tool's input: against our tool's schema, or, for a tool of an
+    external agent (which we do not know), as any JSON object."""
+    if approval.tool_name in sandbox.TOOL_NAMES:
+        return sandbox.validate_input(approval.tool_name, edited)
+    if not isinstance(edited, dict):
+        raise sandbox.ToolInputError("the input must be a JSON object")
+    return edited
 
 
 def _approve_matching(run_id: int, user, actor: str) -> None:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.models import DRIVABLE_STATUSES, Run
+from agents.models import DRIVABLE_STATUSES, Provider, Run
 
 
 def worker_id() -> str:
@@ -26,12 +26,17 @@ def _expiry():
     return timezone.now() + timedelta(seconds=settings.SHIFTLOG["LEASE_SECONDS"])
 
 
-def claim(run_id: int, owner: str) -> bool:
+def claim(run_id: int, owner: str, *, external: bool = False) -> bool:
+    """Take the run's lease. Workers never take an external run (its agent drives it through
+    the API, which takes the lease for the length of one call: `external=True`)."""
     now = timezone.now()
-    claimed = (
-        Run.objects.filter(pk=run_id, status__in=DRIVABLE_STATUSES)
-        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-        .update(lease_owner=owner, lease_expires_at=_expiry())
+    runs = Run.objects.filter(pk=run_id, status__in=DRIVABLE_STATUSES)
+    if external:
+        runs = runs.filter(provider=Provider.EXTERNAL)
+    else:
+        runs = runs.exclude(provider=Provider.EXTERNAL)
+    claimed = runs.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)).update(
+        lease_owner=owner, lease_expires_at=_expiry()
     )
     return claimed == 1
 

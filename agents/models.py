@@ -505,6 +505,7 @@ class CheckpointKind(models.TextChoices):
     PERIODIC = "periodic"
     RUN_START = "run_start", "run start"
     FORK = "fork"
+    UPLOAD = "upload"  # an external agent's workspace, as it uploaded it
 
 
 class Checkpoint(models.Model):

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents import approvals, sandbox
 from agents.jobs import enqueue
-from agents.models import DRIVABLE_STATUSES, Run
+from agents.models import DRIVABLE_STATUSES, Provider, Run
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ def reap(now=None) -> list[int]:
     lost_before = now - timedelta(seconds=settings.SHIFTLOG["REQUEUE_AFTER_SECONDS"])
     stale = (
         Run.objects.filter(status__in=DRIVABLE_STATUSES)
+        .exclude(provider=Provider.EXTERNAL)  # no worker drives these: nothing to requeue
         .filter(
             Q(lease_expires_at__lt=now)
             | Q(lease_expires_at__isnull=True)

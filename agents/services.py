@@ -128,6 +128,7 @@ def create_run(
     requirements: str | Path | None = None,
     toolchain: list[str] | None = None,
     check_settings: dict[str, Any] | None = None,
+    heartbeat_seconds: int | None = None,
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
@@ -184,6 +185,12 @@ def create_run(
         for u in webhook_urls or []
         if u and u.strip()
     ]
+    if heartbeat_seconds is not None:
+        if provider != Provider.EXTERNAL:
+            raise RunError("a heartbeat is only for external runs", "heartbeat_seconds")
+        heartbeat_seconds = inputs.whole_number(
+            heartbeat_seconds, what="heartbeat-seconds", field="heartbeat_seconds"
+        )
     if approval_timeout_seconds is not None:
         approval_timeout_seconds = inputs.whole_number(
             approval_timeout_seconds, what="approval-timeout", field="approval_timeout_seconds"
@@ -248,6 +255,7 @@ def create_run(
             provider=provider,
             model=model,
             script_name=script_name,
+            heartbeat_seconds=heartbeat_seconds,
             created_by=created_by,
             tool_policy=tool_policy,
             webhook_urls=webhook_urls,
@@ -315,7 +323,8 @@ def create_run(
             },
             actor=actor or actor_for(created_by),
         )
-        enqueue(run.pk)
+        if provider != Provider.EXTERNAL:  # an external run waits for its agent to call
+            enqueue(run.pk)
     run.refresh_from_db()
     return run
 

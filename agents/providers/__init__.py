@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from agents.models import RunScript
-from agents.providers.base import Provider
+from agents.providers.base import Provider, ProviderRequestError
 from agents.providers.scripted import ScriptedProvider
 
 
@@ -26,4 +26,16 @@ def for_run(run) -> Provider:
             max_retries=config["ANTHROPIC_MAX_RETRIES"],
             strict=config["ANTHROPIC_STRICT"],
         )
+    if run.provider == "external":
+        return ExternalProvider()
     raise ValueError(f"unknown provider {run.provider!r}")
+
+
+class ExternalProvider:
+    """An external run's turns come from its agent through the API, never from a request of
+    ours; asking for one is a mistake the runtime reports like any provider failure."""
+
+    name = "external"
+
+    def next_turn(self, request):
+        raise ProviderRequestError("an external run's model turns come from its agent (the API)")

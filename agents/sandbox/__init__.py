@@ -15,6 +15,7 @@ from agents.sandbox.bash import (
 from agents.sandbox.limits import DEFAULT_LIMITS, Limits, cleanup_stale_cgroups
 from agents.sandbox.tools import (
     HARNESS_TOOLS,
+    TOOL_NAMES,
     TOOL_SCHEMAS,
     WORKSPACE_TOOLS,
     ToolResult,
@@ -26,6 +27,7 @@ from agents.sandbox.workspace import PathEscape, ToolInputError, Workspace
 __all__ = [
     "DEFAULT_LIMITS",
     "HARNESS_TOOLS",
+    "TOOL_NAMES",
     "TOOL_SCHEMAS",
     "WORKSPACE_TOOLS",
     "CommandResult",

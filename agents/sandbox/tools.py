@@ -264,6 +264,7 @@ WORKSPACE_TOOLS = frozenset({"bash", "read_file", "write_file", "edit_file", "li
 HARNESS_TOOLS = frozenset({"save_artifact", "handoff", "finish"})
 
 _SCHEMAS = {tool["name"]: tool["input_schema"] for tool in TOOL_SCHEMAS}
+TOOL_NAMES = frozenset(_SCHEMAS)
 _VALIDATORS = {name: jsonschema.Draft202012Validator(schema) for name, schema in _SCHEMAS.items()}
 _JSON_TYPES = {
     dict: "object",

@@ -1,0 +1,477 @@
+"""External agents: a run driven by a process outside Shiftlog, through the API.
+
+The agent runs its own model and its own tools; Shiftlog stays its harness. Each of its calls is
+done here the way a worker does a step, with the same parts: the call takes the run's lease for
+its length (`_driving`), opens the session (`Sessions`), and asks the `Gate` about a tool call,
+`Turns` records a model turn against the budgets, `Finish` runs the done-conditions in the
+sandbox, `Sessions.hand_off` ends a session. So the event log, the approvals inbox, checkpoints
+and budgets are those of any run. A worker never claims an external run (`leases.claim`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from agents import leases, sandbox
+from agents.lifecycle import IllegalTransition
+from agents.models import (
+    DRIVABLE_STATUSES,
+    ApprovalStatus,
+    CheckpointKind,
+    Event,
+    EventKind,
+    ExternalCall,
+    ExternalCallDecision,
+    Run,
+    RunStatus,
+)
+from agents.providers.base import Turn, Usage
+from agents.runtime.budgets import Budgets
+from agents.runtime.calls import call_event
+from agents.runtime.finish import Finish
+from agents.runtime.gate import Gate, GatedCall
+from agents.runtime.sessions import Sessions
+from agents.runtime.slice import Slice, SliceOver
+from agents.runtime.turns import Turns
+
+# How long a call waits for the lease another call of the same agent holds.
+LEASE_WAIT_SECONDS = 10.0
+# An external agent's tools, as our policy and risk classifier know them.
+SHELL_TOOLS = frozenset({"bash", "shell", "run_command", "execute_command", "terminal"})
+FILE_TOOLS = frozenset(
+    {"write", "write_file", "edit", "multiedit", "create_file", "str_replace_based_edit_tool"}
+)
+
+
+class ExternalError(ValueError):
+    """The call cannot be done; `status` is the HTTP status it maps to."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Harness:
+    s: Slice
+    budgets: Budgets
+    sessions: Sessions
+    turns: Turns
+    finish: Finish
+    gate: Gate
+
+
+def touch(run_id: int) -> None:
+    """The agent called: it is alive."""
+    Run.objects.filter(pk=run_id).update(last_contact_at=timezone.now())
+
+
+def _external(run_id: int) -> Run:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise ExternalError(f"no run with id {run_id}", 404)
+    if not run.is_external:
+        raise ExternalError(
+            f"run {run_id} is driven by Shiftlog's {run.provider} provider, not by an external "
+            "agent: create it with provider external"
+        )
+    return run
+
+
+@contextmanager
+def _driving(run_id: int, actor: str) -> Iterator[Harness]:
+    """Do one call of the agent as a worker does one step: under the run's lease, with the
+    session open. Raises ExternalError when the run is in no state to be driven."""
+    run = _external(run_id)
+    touch(run_id)
+    owner = f"external:{actor}:{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + LEASE_WAIT_SECONDS
+    while not leases.claim(run_id, owner, external=True):
+        run.refresh_from_db()
+        if run.status not in DRIVABLE_STATUSES:
+            raise ExternalError(f"run {run_id} is {run.status.replace('_', ' ')}")
+        if time.monotonic() > deadline:
+            raise ExternalError(f"run {run_id} is busy with another call of its agent; retry")
+        time.sleep(0.05)
+    try:
+        run.refresh_from_db()
+        started = time.monotonic()
+        s = Slice(run, owner, started + 24 * 3600, started=started)
+        budgets = Budgets(s)
+        holder: dict[str, Finish] = {}
+        sessions = Sessions(s, budgets, ratchet=lambda: holder["finish"].ratchet())
+        turns = Turns(s, sessions)
+        finish = holder["finish"] = Finish(s, sessions, turns)
+        if run.status in (RunStatus.QUEUED, RunStatus.VERIFYING):
+            s.transition(
+                RunStatus.RUNNING,
+                reason="its external agent called"
+                if run.status == RunStatus.QUEUED
+                else "the checks were interrupted; the agent continues",
+                expect={run.status},
+            )
+            s.status = RunStatus.RUNNING
+        try:
+            sessions.open()
+        except SliceOver:
+            raise ExternalError(f"run {run_id} is {status_of(run_id).replace('_', ' ')}") from None
+        yield Harness(s, budgets, sessions, turns, finish, Gate(s))
+    except IllegalTransition as e:
+        raise ExternalError(str(e)) from None
+    finally:
+        leases.release(run_id, owner)
+
+
+def status_of(run_id: int) -> str:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
+
+
+# --- the session ----------------------------------------------------------------------------
+def context(run_id: int, *, actor: str) -> dict[str, Any]:
+    """What the agent starts (or restarts) from: the session's first message and what people
+    and the harness said since."""
+    with _driving(run_id, actor) as h:
+        return _context(h)
+
+
+def _context(h: Harness) -> dict[str, Any]:
+    s = h.s
+    first = (
+        Event.objects.filter(
+            run_id=s.run_id, session_id=s.session.pk, kind=EventKind.SESSION_STARTED
+        )
+        .values_list("payload", flat=True)
+        .first()
+    ) or {}
+    said = [
+        {"seq": seq, "kind": kind, "text": payload.get("text", "")}
+        for seq, kind, payload in Event.objects.filter(
+            run_id=s.run_id,
+            session_id=s.session.pk,
+            kind__in=[EventKind.HUMAN_NOTE, EventKind.HARNESS_MESSAGE],
+        )
+        .order_by("seq")
+        .values_list("seq", "kind", "payload")
+    ]
+    return {
+        "session": s.session.index,
+        "first_message": first.get("first_message", ""),
+        "messages": said,
+        "handoff_requested": s.conv.handoff_requested,
+        "run_status": status_of(s.run_id),
+    }
+
+
+def heartbeat(run_id: int) -> str:
+    _external(run_id)
+    touch(run_id)
+    return status_of(run_id)
+
+
+def turn(
+    run_id: int,
+    *,
+    actor: str,
+    text: str,
+    model: str,
+    usage: Usage,
+) -> dict[str, Any]:
+    """A model turn of the agent, with its usage: it counts against the run's budgets; past a
+    cap the run pauses, and the answer says so."""
+    with _driving(run_id, actor) as h:
+        s = h.s
+        s.context_seq = s.known_seq
+        content = [{"type": "text", "text": text}] if text else []
+        h.turns.record(
+            Turn(content=content, stop_reason="external", usage=usage, model=model or s.run.model)
+        )
+        seq = s.known_seq
+        try:
+            h.budgets.check()
+            h.sessions.check_limits()
+        except SliceOver:
+            pass  # paused at a cap, or the harness wrote the handoff: the status says which
+        run = Run.objects.get(pk=run_id)
+        return {
+            "seq": seq,
+            "run_status": run.status,
+            "cost_usd": str(run.cost_usd),
+            "handoff_requested": s.conv.handoff_requested,
+        }
+
+
+def hand_off(run_id: int, *, actor: str, handoff: dict[str, Any]) -> dict[str, Any]:
+    """End the session with the agent's handoff; the next one starts from goal + handoff."""
+    try:
+        handoff = sandbox.validate_input("handoff", handoff)
+    except sandbox.ToolInputError as e:
+        raise ExternalError(str(e), 422) from None
+    with _driving(run_id, actor) as h, suppress(SliceOver):
+        h.sessions.hand_off(handoff)
+    if status_of(run_id) not in DRIVABLE_STATUSES:
+        return {
+            "session": None,
+            "first_message": "",
+            "messages": [],
+            "run_status": status_of(run_id),
+        }
+    return context(run_id, actor=actor)
+
+
+# --- tool calls -----------------------------------------------------------------------------
+def _as_ours(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The call as the policy knows it: a shell command is `bash`, a file write `write_file`."""
+    name = tool.lower()
+    command = tool_input.get("command")
+    if name in SHELL_TOOLS and isinstance(command, str):
+        return "bash", {"command": command}
+    path = tool_input.get("path", tool_input.get("file_path"))
+    if name in FILE_TOOLS and isinstance(path, str):
+        return "write_file", {"path": path, "content": ""}
+    return tool, tool_input
+
+
+def _answer(call: ExternalCall, decision: str, *, note: str = "") -> dict[str, Any]:
+    approval = call.approval
+    run_to = (approval.edited_input if approval and approval.edited_input else None) or call.input
+    reason = call.reason
+    if approval is not None and approval.status != ApprovalStatus.PENDING:
+        reason = approval.comment or (
+            "nobody decided in time (expired)" if approval.status == ApprovalStatus.EXPIRED else ""
+        )
+    return {
+        "id": call.tool_use_id,
+        "decision": decision,
+        "reason": reason,
+        "input": run_to,
+        "approval": approval.pk if approval else None,
+        "note": note,
+        "run_status": status_of(call.run_id),
+    }
+
+
+def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str, Any]:
+    """The agent is about to run a tool: the run's policy and risk classifier decide, as for
+    Shiftlog's own agent. `ask` puts an approval in the inbox and the run waits (no compute)."""
+    if not isinstance(tool, str) or not tool.strip() or len(tool) > 100:
+        raise ExternalError("tool must be a name of 1 to 100 characters", 422)
+    if not isinstance(tool_input, dict):
+        raise ExternalError("input must be a JSON object", 422)
+    run = _external(run_id)
+    if run.status not in DRIVABLE_STATUSES:
+        touch(run_id)
+        return {
+            "id": None,
+            "decision": "deny",
+            "reason": f"the run is {run.status.replace('_', ' ')}: {run.status_reason}".rstrip(
+                ": "
+            ),
+            "input": tool_input,
+            "approval": None,
+            "note": "",
+            "run_status": run.status,
+        }
+    block = {"id": f"ext_{uuid.uuid4().hex}", "name": tool, "input": tool_input}
+    with _driving(run_id, actor) as h:
+        s, gate = h.s, h.gate
+        name, as_ours = _as_ours(tool, tool_input)
+        if name != tool:  # a rule may name the agent's own tool ("Bash"): it means ours
+            s.rules = [{**r, "tool": name} if r["tool"] == tool else r for r in s.rules]
+        decision = gate.decide(name, as_ours)
+        call = ExternalCall.objects.create(
+            run_id=run_id,
+            tool_use_id=block["id"],
+            tool=tool,
+            input=tool_input,
+            decision=decision.action,
+            reason=decision.reason,
+        )
+        gated = GatedCall(block, tool_input, decision=decision)
+        try:
+            cleared = gate.clear(gated)
+        except SliceOver:
+            cleared = None  # waiting for a person: the run is awaiting approval
+        if gated.approval is not None:
+            call.approval = gated.approval
+            ExternalCall.objects.filter(pk=call.pk).update(approval=gated.approval)
+        if decision.action == ExternalCallDecision.DENY:
+            call.result_seq = s.known_seq
+            ExternalCall.objects.filter(pk=call.pk).update(result_seq=call.result_seq)
+        elif cleared is not None:
+            _called(h, call, cleared.tool_input)
+    return _answer(call, decision.action)
+
+
+def _called(h: Harness, call: ExternalCall, tool_input: dict[str, Any]) -> None:
+    """The call is cleared to run: its tool.call event, before the agent runs it."""
+    s = h.s
+    block = {"id": call.tool_use_id, "name": call.tool, "input": call.input}
+    s.append(call_event(s, block, tool_input, call.approval))
+    call.called_seq = s.known_seq
+    ExternalCall.objects.filter(pk=call.pk).update(called_seq=call.called_seq)
+
+
+def _get_call(call_id: str, run_ids) -> ExternalCall:
+    call = (
+        ExternalCall.objects.filter(tool_use_id=str(call_id)[:100], run_id__in=run_ids)
+        .select_related("approval", "approval__decided_by")
+        .first()
+    )
+    if call is None:
+        raise ExternalError(f"no tool call {call_id}", 404)
+    return call
+
+
+def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
+    """Where a call stands: pending while a person has not decided; once they have, the call is
+    cleared (its tool.call recorded, with a person's edit) or its denial recorded."""
+    call = _get_call(call_id, run_ids)
+    touch(call.run_id)
+    if call.decision != ExternalCallDecision.ASK:
+        return _answer(call, call.decision)
+    approval = call.approval
+    if approval is None or approval.status == ApprovalStatus.PENDING:
+        return _answer(call, "pending")
+    approved = approval.status == ApprovalStatus.APPROVED
+    settled = call.called_seq is not None or call.result_seq is not None
+    if not settled and status_of(call.run_id) in DRIVABLE_STATUSES:
+        with _driving(call.run_id, actor) as h:
+            call = _get_call(call_id, run_ids)
+            if call.called_seq is None and call.result_seq is None:
+                block = {"id": call.tool_use_id, "name": call.tool, "input": call.input}
+                gated = GatedCall(block, call.input, decision=None, approval=call.approval)
+                cleared = h.gate.clear(gated)
+                if cleared is not None:
+                    _called(h, call, cleared.tool_input)
+                else:
+                    call.result_seq = h.s.known_seq
+                    ExternalCall.objects.filter(pk=call.pk).update(result_seq=call.result_seq)
+    return _answer(call, "approved" if approved else "denied")
+
+
+def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) -> dict[str, Any]:
+    """What the tool did, once per call, only for a call that was cleared to run."""
+    if not isinstance(output, str):
+        raise ExternalError("output must be text", 422)
+    call = _get_call(call_id, run_ids)
+    if call.result_seq is not None:
+        raise ExternalError(f"tool call {call_id} already has its result")
+    if call.decision == ExternalCallDecision.ASK and (
+        call.approval is None or call.approval.status != ApprovalStatus.APPROVED
+    ):
+        raise ExternalError(f"tool call {call_id} was not approved: it must not run")
+    limit = settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"]
+    if len(output) > limit:
+        output = output[:limit] + f"\n[… {len(output) - limit} characters cut]"
+    with _driving(call.run_id, actor) as h:
+        call = _get_call(call_id, run_ids)
+        if call.result_seq is not None:
+            raise ExternalError(f"tool call {call_id} already has its result")
+        run_input = (
+            call.approval.edited_input if call.approval and call.approval.edited_input else None
+        ) or call.input
+        if call.called_seq is None:
+            _called(h, call, run_input)
+        block = {"id": call.tool_use_id, "name": call.tool, "input": run_input}
+        h.s.record_result(block, sandbox.ToolResult(output=output, is_error=bool(is_error)))
+        call.result_seq = h.s.known_seq
+        ExternalCall.objects.filter(pk=call.pk).update(result_seq=call.result_seq)
+    return {"seq": call.result_seq, "run_status": status_of(call.run_id)}
+
+
+# --- the workspace and finishing --------------------------------------------------------------
+def upload_workspace(run_id: int, *, actor: str, archive: IO[bytes]) -> dict[str, Any]:
+    """The agent's workspace, as a .tar.gz, becomes the run's workspace and a checkpoint."""
+    _external(run_id)
+    cap = settings.SHIFTLOG["API_MAX_UPLOAD_MB"] * 1024 * 1024
+    root = Path(settings.SHIFTLOG["WORKSPACE_ROOT"])
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".upload-{run_id}-", dir=root))
+    try:
+        _unpack(archive, staging, cap)
+        with _driving(run_id, actor) as h:
+            workspace = h.s.run.workspace_path
+            old = workspace.with_name(f".{workspace.name}-old-{uuid.uuid4().hex[:8]}")
+            if workspace.exists():
+                workspace.rename(old)
+            staging.rename(workspace)
+            shutil.rmtree(old, ignore_errors=True)
+            h.s.checkpoint(CheckpointKind.UPLOAD, "the workspace as its agent uploaded it")
+            checkpoint = h.s.run.checkpoints.order_by("-number").first()
+            return {
+                "checkpoint": checkpoint.number,
+                "files": checkpoint.files,
+                "bytes_total": checkpoint.bytes_total,
+            }
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _unpack(archive: IO[bytes], into: Path, cap: int) -> None:
+    """Unpack a .tar.gz safely: only files, folders and links that stay inside; at most `cap`
+    bytes. Anything else is refused with the member's name."""
+    try:
+        with tarfile.open(fileobj=archive, mode="r:gz") as tar:
+            total = 0
+            members = []
+            for member in tar:
+                if not (member.isfile() or member.isdir() or member.issym()):
+                    raise ExternalError(f"{member.name}: only files, folders and links", 422)
+                total += member.size
+                if total > cap:
+                    raise ExternalError(f"the workspace is over {cap // (1024 * 1024)} MB", 413)
+                members.append(member)
+            tar.extractall(into, members=members, filter="data")
+    except ExternalError:
+        raise
+    except (tarfile.TarError, EOFError, OSError, ValueError) as e:
+        raise ExternalError(f"not a usable .tar.gz: {e}", 422) from None
+
+
+def finish(run_id: int, *, actor: str, summary: Any) -> dict[str, Any]:
+    """The agent says it is done: the harness runs the checks itself, in its sandbox, on the
+    workspace last uploaded. Only passing checks make the run succeed."""
+    try:
+        summary = sandbox.validate_input("finish", {"summary": summary})["summary"]
+    except sandbox.ToolInputError as e:
+        raise ExternalError(str(e), 422) from None
+    block = {"id": f"ext_{uuid.uuid4().hex}", "name": "finish", "input": {"summary": summary}}
+    with _driving(run_id, actor) as h:
+        s = h.s
+        s.append(call_event(s, block))
+        since = s.known_seq
+        with suppress(SliceOver):
+            h.finish.finish(block)
+    rows = Event.objects.filter(run_id=run_id, seq__gt=since).order_by("seq")
+    checks = [
+        {k: e.payload.get(k) for k in ("command", "passed", "exit_code", "output", "timed_out")}
+        for e in rows
+        if e.kind == EventKind.CHECK_RESULT
+    ]
+    told = next(
+        (
+            e.payload
+            for e in rows
+            if e.kind == EventKind.TOOL_RESULT and e.payload.get("tool_use_id") == block["id"]
+        ),
+        {},
+    )
+    status = status_of(run_id)
+    return {
+        "passed": status == RunStatus.SUCCEEDED,
+        "run_status": status,
+        "checks": checks,
+        "summary": told.get("output", ""),
+    }

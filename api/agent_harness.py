@@ -1,0 +1,172 @@
+"""External agents: the harness calls of a process outside Shiftlog (agents/runtime/external.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from ninja import Query, Router, Status
+
+from agents.models import ExternalCall
+from agents.providers.base import Usage
+from agents.runtime import external
+from api.common import actor, controlled_run
+from api.errors import Problem
+from api.schemas import (
+    ContextOut,
+    FinishIn,
+    FinishOut,
+    HandoffIn,
+    PathId,
+    ResultIn,
+    ResultOut,
+    StatusOut,
+    ToolCallIn,
+    ToolCallOut,
+    TurnIn,
+    TurnOut,
+    UploadOut,
+)
+from dashboard import access
+
+router = Router(tags=["external agents"])
+
+MAX_WAIT_SECONDS = 60
+POLL_SECONDS = 0.25
+
+
+@router.get("/runs/{run_id}/context", response=ContextOut, summary="What a session starts from")
+def context(request, run_id: PathId):
+    controlled_run(request, run_id)
+    return external.context(run_id, actor=actor(request))
+
+
+@router.post("/runs/{run_id}/heartbeat", response=StatusOut, summary="The agent is alive")
+def heartbeat(request, run_id: PathId):
+    controlled_run(request, run_id)
+    return {"run_status": external.heartbeat(run_id)}
+
+
+@router.post("/runs/{run_id}/turns", response={201: TurnOut}, summary="A model turn and its usage")
+def turn(request, run_id: PathId, body: TurnIn):
+    controlled_run(request, run_id)
+    usage = Usage(
+        input_tokens=body.input_tokens,
+        output_tokens=body.output_tokens,
+        cache_read_input_tokens=body.cache_read_tokens,
+        cache_creation_input_tokens=body.cache_write_tokens,
+    )
+    return Status(
+        201,
+        external.turn(run_id, actor=actor(request), text=body.text, model=body.model, usage=usage),
+    )
+
+
+@router.post(
+    "/runs/{run_id}/tool-calls",
+    response={201: ToolCallOut},
+    summary="Ask before running a tool: allow, ask (an approval waits) or deny",
+)
+def propose(request, run_id: PathId, body: ToolCallIn):
+    controlled_run(request, run_id)
+    decided = external.propose(run_id, actor=actor(request), tool=body.tool, tool_input=body.input)
+    return Status(201, decided)
+
+
+def _own_calls(request):
+    return access.visible_runs(request.user).values("pk")
+
+
+@router.get(
+    "/tool-calls/{call_id}",
+    response=ToolCallOut,
+    summary="A tool call's decision; with ?wait=S, waits up to S seconds for a person",
+)
+async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_SECONDS)):
+    if len(call_id) > 100:
+        raise Problem(404, f"no tool call {call_id[:100]}")
+    who = await sync_to_async(_checked_call)(request, call_id)
+    deadline = time.monotonic() + wait
+    while True:
+        answer = await sync_to_async(external.decision)(
+            call_id, run_ids=_own_calls(request), actor=who
+        )
+        if answer["decision"] != "pending" or time.monotonic() >= deadline:
+            return answer
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _checked_call(request, call_id: str) -> str:
+    call = ExternalCall.objects.filter(tool_use_id=call_id).values_list("run_id", flat=True).first()
+    if call is None:
+        raise Problem(404, f"no tool call {call_id}")
+    controlled_run(request, call)
+    return actor(request)
+
+
+@router.post("/tool-calls/{call_id}/result", response={201: ResultOut}, summary="What the tool did")
+def result(request, call_id: str, body: ResultIn):
+    if len(call_id) > 100:
+        raise Problem(404, f"no tool call {call_id[:100]}")
+    _checked_call(request, call_id)
+    done = external.result(
+        call_id,
+        run_ids=_own_calls(request),
+        actor=actor(request),
+        output=body.output,
+        is_error=body.is_error,
+    )
+    return Status(201, done)
+
+
+@router.put(
+    "/runs/{run_id}/workspace",
+    response={201: UploadOut},
+    summary="Upload the agent's workspace (.tar.gz): it becomes the run's, and a checkpoint",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+def upload(request, run_id: PathId):
+    controlled_run(request, run_id)
+    cap = settings.SHIFTLOG["API_MAX_UPLOAD_MB"] * 1024 * 1024
+    length = request.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > cap:
+        raise Problem(413, f"the archive is over {cap // (1024 * 1024)} MB")
+    with tempfile.TemporaryFile() as spool:
+        size = 0
+        while chunk := request.read(1024 * 1024):
+            size += len(chunk)
+            if size > cap:
+                raise Problem(413, f"the archive is over {cap // (1024 * 1024)} MB")
+            spool.write(chunk)
+        if not size:
+            raise Problem(422, "the body must be a .tar.gz of the workspace")
+        spool.seek(0)
+        return Status(201, external.upload_workspace(run_id, actor=actor(request), archive=spool))
+
+
+@router.post(
+    "/runs/{run_id}/handoff",
+    response=ContextOut,
+    summary="End the session with a handoff; the next starts from goal + handoff",
+)
+def handoff(request, run_id: PathId, body: HandoffIn):
+    controlled_run(request, run_id)
+    return external.hand_off(run_id, actor=actor(request), handoff=body.dict())
+
+
+@router.post(
+    "/runs/{run_id}/finish",
+    response=FinishOut,
+    summary="The agent says it is done: the harness runs the checks itself",
+)
+def finish(request, run_id: PathId, body: FinishIn):
+    controlled_run(request, run_id)
+    return external.finish(run_id, actor=actor(request), summary=body.summary)

@@ -1,0 +1,190 @@
+"""Runs: create, list, show, pause, resume, cancel, note, rewind, fork."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from django.db.models import Q
+from ninja import Query, Router, Schema, Status
+from pydantic import Field
+
+from agents import checkpoints, services
+from agents.models import Checkpoint, Run, RunStatus
+from api import out
+from api.auth import need
+from api.common import actor, controlled_run, seen_run
+from api.errors import Problem
+from api.schemas import (
+    ForkPreview,
+    FromCheckpoint,
+    Note,
+    PathId,
+    Reason,
+    Resume,
+    RewindOut,
+    RunCreate,
+    RunOut,
+    RunPage,
+    Seq,
+)
+from dashboard import access
+
+router = Router(tags=["runs"])
+
+
+class RunFilter(Schema):
+    status: RunStatus | None = None
+    provider: Literal["scripted", "anthropic", "external"] | None = None
+    q: str | None = Field(None, max_length=200, description="words in the goal")
+    limit: int = Field(50, ge=1, le=200)
+    cursor: str | None = Field(None, max_length=40, description="next_cursor of the last page")
+
+
+@router.get("/runs", response=RunPage, summary="List runs, newest first")
+def list_runs(request, filters: Query[RunFilter]):
+    need(request, "read")
+    rows = access.visible_runs(request.user).select_related("forked_from").order_by("-pk")
+    if filters.status:
+        rows = rows.filter(status=filters.status)
+    if filters.provider:
+        rows = rows.filter(provider=filters.provider)
+    if filters.q:
+        for word in filters.q.split()[:10]:
+            rows = rows.filter(Q(goal__icontains=word))
+    if filters.cursor:
+        if not (filters.cursor.isascii() and filters.cursor.isdigit()):
+            raise Problem(422, "cursor: not a cursor this API gave (use next_cursor as it is)")
+        rows = rows.filter(pk__lt=int(filters.cursor))
+    page = list(rows[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {"items": out.runs(page), "next_cursor": str(page[-1].pk) if more else None}
+
+
+@router.post("/runs", response={201: RunOut}, summary="Create a run (it is queued at once)")
+def create_run(request, body: RunCreate):
+    need(request, "write")
+    budgets = services.Budgets(
+        max_sessions=body.max_sessions,
+        max_tokens=body.max_tokens,
+        max_cost_usd=body.max_cost_usd,
+        max_wall_seconds=body.max_wall_seconds,
+    )
+    run = services.create_run(
+        goal=body.goal,
+        checks=body.checks,
+        provider=body.provider,
+        script=body.script,
+        script_name="from the API" if body.script is not None else "",
+        model=body.model,
+        budgets=budgets,
+        max_turns_per_session=body.max_turns_per_session,
+        max_input_tokens_per_session=body.max_input_tokens_per_session,
+        rubric=body.rubric,
+        judge_model=body.judge_model,
+        tool_policy=body.tool_policy,
+        webhook_urls=body.webhook_urls,
+        approval_timeout_seconds=body.approval_timeout_seconds,
+        protected_paths=body.protected_paths or None,
+        protected_action=body.protected_action,
+        acceptance=[c.model_dump() for c in body.acceptance],
+        limits=body.limits.model_dump(exclude_none=True) if body.limits else None,
+        allowed_hosts=body.allowed_hosts,
+        heartbeat_seconds=body.heartbeat_seconds,
+        created_by=request.user,
+        actor=actor(request),
+    )
+    return Status(201, out.run(run))
+
+
+@router.get("/runs/{run_id}", response=RunOut, summary="One run")
+def get_run(request, run_id: PathId):
+    return out.run(seen_run(request, run_id))
+
+
+def _fresh(run_id: int) -> dict:
+    return out.run(Run.objects.select_related("forked_from").get(pk=run_id))
+
+
+@router.post("/runs/{run_id}/pause", response=RunOut, summary="Pause a run")
+def pause(request, run_id: PathId, body: Reason):
+    controlled_run(request, run_id)
+    services.pause_run(run_id, actor=actor(request), reason=body.reason)
+    return _fresh(run_id)
+
+
+@router.post("/runs/{run_id}/resume", response=RunOut, summary="Resume a paused run")
+def resume(request, run_id: PathId, body: Resume):
+    controlled_run(request, run_id)
+    services.resume_run(run_id, actor=actor(request), budgets=services.Budgets(**body.dict()))
+    return _fresh(run_id)
+
+
+@router.post("/runs/{run_id}/cancel", response=RunOut, summary="Cancel a run")
+def cancel(request, run_id: PathId, body: Reason):
+    controlled_run(request, run_id)
+    services.cancel_run(run_id, actor=actor(request), reason=body.reason)
+    return _fresh(run_id)
+
+
+@router.post("/runs/{run_id}/note", response={201: Seq}, summary="Steer a run with a note")
+def note(request, run_id: PathId, body: Note):
+    controlled_run(request, run_id)
+    services.note_run(run_id, body.text, actor=actor(request), author=request.user.get_username())
+    return Status(201, {"seq": Run.objects.get(pk=run_id).last_seq})
+
+
+def _checkpoint(run: Run, number: int) -> Checkpoint:
+    found = Checkpoint.objects.filter(run=run, number=number).first()
+    if found is None:
+        raise Problem(404, f"run {run.pk} has no checkpoint {number}")
+    return found
+
+
+@router.post(
+    "/runs/{run_id}/rewind",
+    response={200: RewindOut, 202: RewindOut},
+    summary="Rewind a run to a checkpoint (or, with dry_run, see what it would discard)",
+)
+def rewind(request, run_id: PathId, body: FromCheckpoint):
+    run = controlled_run(request, run_id)
+    target = _checkpoint(run, body.checkpoint)
+    discarded = checkpoints.plan_rewind(run, target)
+    if not body.dry_run:
+        checkpoints.request_rewind(run.pk, target.pk, actor=actor(request), note=body.note)
+    answer = {
+        "checkpoint": target.number,
+        "dry_run": body.dry_run,
+        "discarded": discarded.as_dict(),
+    }
+    return Status(200 if body.dry_run else 202, answer)
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    response={201: RunOut, 200: ForkPreview},
+    summary="Fork a new run from a checkpoint",
+)
+def fork(request, run_id: PathId, body: FromCheckpoint):
+    run = seen_run(request, run_id)
+    need(request, "write")
+    source = _checkpoint(run, body.checkpoint)
+    if body.dry_run:
+        return Status(
+            200,
+            {
+                "checkpoint": source.number,
+                "dry_run": True,
+                "would_copy": {
+                    "goal": run.goal,
+                    "files": source.files,
+                    "bytes_total": source.bytes_total,
+                    "provider": run.provider,
+                    "handoff": bool(source.handoff),
+                },
+            },
+        )
+    new = checkpoints.fork(
+        run.pk, source.pk, actor=actor(request), created_by=request.user, note=body.note
+    )
+    return Status(201, out.run(new))

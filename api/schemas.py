@@ -1,0 +1,338 @@
+"""What the API takes and gives, as pydantic models: the OpenAPI schema is made from these.
+
+Inputs forbid unknown fields (a typo is a 422, not silently ignored); numbers and strings are
+bounded so nothing out of range reaches the services.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from ninja import Path, Schema
+from pydantic import ConfigDict, Field
+
+# A row id in a path: a number a key can hold (anything else is a 422, never an overflow).
+PathId = Annotated[int, Path(ge=1, le=2**53)]
+Count = Annotated[int, Field(ge=1, le=2**53)]
+Text = Annotated[str, Field(max_length=20_000)]
+Line = Annotated[str, Field(max_length=2_000)]
+Tokens = Annotated[int, Field(ge=0, le=10**12)]
+
+
+class In(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Schema):
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+# --- runs -----------------------------------------------------------------------------------
+class Criterion(In):
+    name: Line
+    check: Line | None = None
+
+
+class Limits(In):
+    memory_mb: Count | None = None
+    processes: Count | None = None
+    cpu_seconds: Count | None = None
+    workspace_mb: Count | None = None
+
+
+class RunCreate(In):
+    goal: Annotated[str, Field(min_length=1, max_length=20_000)]
+    checks: Annotated[list[Line], Field(max_length=50)] = []
+    provider: Literal["scripted", "anthropic", "external"] = "scripted"
+    model: Annotated[str, Field(max_length=100)] | None = None
+    script: dict[str, Any] | None = None
+    rubric: Text = ""
+    judge_model: Annotated[str, Field(max_length=100)] = ""
+    max_sessions: Count | None = None
+    max_tokens: Count | None = None
+    max_cost_usd: Annotated[Decimal, Field(gt=0, le=10**6, decimal_places=6)] | None = None
+    max_wall_seconds: Count | None = None
+    max_turns_per_session: Count | None = None
+    max_input_tokens_per_session: Count | None = None
+    # Rules as the CLI and web take them (agents/policy.py checks each one).
+    tool_policy: Annotated[list[dict[str, Any]], Field(max_length=200)] = []
+    approval_timeout_seconds: Count | None = None
+    webhook_urls: Annotated[list[Line], Field(max_length=20)] = []
+    protected_paths: Annotated[list[Line], Field(max_length=200)] = []
+    protected_action: Literal["deny", "ask"] = "deny"
+    acceptance: Annotated[list[Criterion], Field(max_length=50)] = []
+    limits: Limits | None = None
+    allowed_hosts: Annotated[list[Line], Field(max_length=100)] = []
+    heartbeat_seconds: Count | None = None
+
+
+class TokensOut(Schema):
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    total: int
+
+
+class BudgetsOut(Schema):
+    max_sessions: int | None
+    max_tokens: int | None
+    max_cost_usd: str | None
+    max_wall_seconds: int | None
+
+
+class RunOut(Schema):
+    id: int
+    goal: str
+    status: str
+    status_reason: str
+    provider: str
+    external: bool
+    stalled: bool
+    last_contact_at: datetime | None
+    heartbeat_seconds: int | None
+    model: str
+    checks: list[str]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    turns: int
+    tokens: TokensOut
+    cost_usd: str
+    budgets: BudgetsOut
+    sessions: int
+    last_seq: int
+    pending_approvals: int
+    forked_from: dict[str, Any] | None
+    url: str
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class Reason(In):
+    reason: Annotated[str, Field(max_length=5_000)] = ""
+
+
+class Resume(In):
+    max_sessions: Count | None = None
+    max_tokens: Count | None = None
+    max_cost_usd: Annotated[Decimal, Field(gt=0, le=10**6, decimal_places=6)] | None = None
+    max_wall_seconds: Count | None = None
+
+
+class Note(In):
+    text: Annotated[str, Field(min_length=1, max_length=20_000)]
+
+
+class Seq(Schema):
+    seq: int
+
+
+class FromCheckpoint(In):
+    checkpoint: Count
+    note: Annotated[str, Field(max_length=5_000)] = ""
+    dry_run: bool = False
+
+
+class RewindOut(Schema):
+    checkpoint: int
+    dry_run: bool
+    discarded: dict[str, Any]
+
+
+class ForkPreview(Schema):
+    checkpoint: int
+    dry_run: bool
+    would_copy: dict[str, Any]
+
+
+# --- events ---------------------------------------------------------------------------------
+class EventOut(Schema):
+    seq: int
+    kind: str
+    actor: str
+    session: int | None
+    created_at: datetime
+    payload: dict[str, Any]
+    summary: str
+
+
+class EventPage(Schema):
+    items: list[EventOut]
+    last_seq: int
+
+
+# --- approvals ------------------------------------------------------------------------------
+class ApprovalOut(Schema):
+    id: int
+    run: int
+    status: str
+    tool: str
+    input: dict[str, Any]
+    reason: str
+    created_at: datetime
+    expires_at: datetime | None
+    decided_by: str | None
+    decided_at: datetime | None
+    comment: str
+    edited_input: dict[str, Any] | None
+
+
+class ApprovalList(Schema):
+    items: list[ApprovalOut]
+
+
+class Decision(In):
+    decision: Literal["approve", "deny", "edit"]
+    reason: Annotated[str, Field(max_length=5_000)] = ""
+    input: dict[str, Any] | Annotated[str, Field(max_length=200_000)] | None = None
+    allow_similar: bool = False
+
+
+# --- checkpoints and artifacts --------------------------------------------------------------
+class CheckpointOut(Schema):
+    number: int
+    kind: str
+    label: str
+    seq: int
+    session: int | None
+    files: int
+    bytes_total: int
+    created_at: datetime
+
+
+class CheckpointList(Schema):
+    items: list[CheckpointOut]
+
+
+class CheckpointCreate(In):
+    label: Annotated[str, Field(max_length=200)] = ""
+
+
+class ChangeOut(Schema):
+    path: str
+    change: str
+    kind: str | None
+    diff: str | None
+
+
+class DiffOut(Schema):
+    a: int
+    b: int | Literal["live"]
+    changes: list[ChangeOut]
+
+
+class ArtifactOut(Schema):
+    id: int
+    run: int
+    name: str
+    kind: str
+    size: int
+    mime_type: str
+    session: int | None
+    created_at: datetime
+
+
+class ArtifactList(Schema):
+    items: list[ArtifactOut]
+
+
+# --- external agents ------------------------------------------------------------------------
+class SaidOut(Schema):
+    seq: int
+    kind: str
+    text: str
+
+
+class ContextOut(Schema):
+    session: int | None
+    first_message: str
+    messages: list[SaidOut]
+    handoff_requested: bool = False
+    run_status: str
+
+
+class StatusOut(Schema):
+    run_status: str
+
+
+class TurnIn(In):
+    text: Annotated[str, Field(max_length=200_000)] = ""
+    model: Annotated[str, Field(max_length=100)] = ""
+    input_tokens: Tokens = 0
+    output_tokens: Tokens = 0
+    cache_read_tokens: Tokens = 0
+    cache_write_tokens: Tokens = 0
+
+
+class TurnOut(Schema):
+    seq: int
+    run_status: str
+    cost_usd: str
+    handoff_requested: bool
+
+
+class ToolCallIn(In):
+    tool: Annotated[str, Field(min_length=1, max_length=100)]
+    input: dict[str, Any] = {}
+
+
+class ToolCallOut(Schema):
+    id: str | None
+    decision: Literal["allow", "ask", "deny", "pending", "approved", "denied"]
+    reason: str
+    input: dict[str, Any]
+    approval: int | None
+    note: str = ""
+    run_status: str
+
+
+class ResultIn(In):
+    output: Annotated[str, Field(max_length=5_000_000)]
+    is_error: bool = False
+
+
+class ResultOut(Schema):
+    seq: int
+    run_status: str
+
+
+class HandoffIn(In):
+    summary: Annotated[str, Field(min_length=1, max_length=50_000)]
+    done: Annotated[list[Line], Field(max_length=200)] = []
+    next_steps: Annotated[list[Line], Field(max_length=200)] = []
+    open_questions: Annotated[list[Line], Field(max_length=200)] = []
+
+
+class FinishIn(In):
+    summary: Annotated[str, Field(min_length=1, max_length=50_000)]
+
+
+class CheckOut(Schema):
+    command: str
+    passed: bool
+    exit_code: int | None
+    output: str
+    timed_out: bool | None = None
+
+
+class FinishOut(Schema):
+    passed: bool
+    run_status: str
+    checks: list[CheckOut]
+    summary: str
+
+
+class UploadOut(Schema):
+    checkpoint: int
+    files: int
+    bytes_total: int

@@ -1,0 +1,273 @@
+"""External agents through the API (in-process Client): the harness decides, asks people,
+records turns and results, takes the workspace, and runs the checks itself."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from django.test import Client
+
+from agents.models import Approval, Event, ExternalCall, Run
+from api.models import ApiToken
+from tests.conftest import user_with
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(user, *scopes: str) -> Client:
+    _, token = ApiToken.issue(user, list(scopes))
+    return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def tarball(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def agent_user(db):
+    return user_with("agent", "decide_approval")
+
+
+@pytest.fixture
+def api(agent_user):
+    return bearer(agent_user, "read", "write")
+
+
+def make_external(api, **extra) -> int:
+    r = api.post(
+        "/api/v1/runs",
+        {"goal": "write done.txt", "checks": ["test -f done.txt"], "provider": "external", **extra},
+        content_type="application/json",
+    )
+    assert r.status_code == 201, r.content
+    return r.json()["id"]
+
+
+def test_external_run_end_to_end(api, agent_user):
+    run_id = make_external(api)
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "queued" and run.is_external
+
+    ctx = api.get(f"/api/v1/runs/{run_id}/context").json()
+    assert ctx["session"] == 1 and "write done.txt" in ctx["first_message"]
+    assert ctx["run_status"] == "running"
+
+    r = api.post(
+        f"/api/v1/runs/{run_id}/turns",
+        {
+            "text": "I will look around",
+            "model": "claude-sonnet-4-5",
+            "input_tokens": 100,
+            "output_tokens": 20,
+        },
+        content_type="application/json",
+    )
+    assert r.status_code == 201, r.content
+
+    allowed = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "Bash", "input": {"command": "ls"}},
+        content_type="application/json",
+    ).json()
+    assert allowed["decision"] == "allow", allowed
+    r = api.post(
+        f"/api/v1/tool-calls/{allowed['id']}/result",
+        {"output": "README.md"},
+        content_type="application/json",
+    )
+    assert r.status_code == 201, r.content
+    again = api.post(
+        f"/api/v1/tool-calls/{allowed['id']}/result",
+        {"output": "x"},
+        content_type="application/json",
+    )
+    assert again.status_code == 409
+
+    risky = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "Bash", "input": {"command": "rm -rf build"}},
+        content_type="application/json",
+    ).json()
+    assert risky["decision"] == "ask", risky
+    assert Run.objects.get(pk=run_id).status == "awaiting_approval"
+    pending = api.get(f"/api/v1/tool-calls/{risky['id']}").json()
+    assert pending["decision"] == "pending"
+    # A read+write token may not decide.
+    approval_id = risky["approval"]
+    refused = api.post(
+        f"/api/v1/approvals/{approval_id}/decision",
+        {"decision": "approve"},
+        content_type="application/json",
+    )
+    assert refused.status_code == 403
+    decider = bearer(agent_user, "read", "decide")
+    decided = decider.post(
+        f"/api/v1/approvals/{approval_id}/decision",
+        {"decision": "edit", "input": {"command": "rm -rf build/tmp"}},
+        content_type="application/json",
+    )
+    assert decided.status_code == 200, decided.content
+    answer = api.get(f"/api/v1/tool-calls/{risky['id']}?wait=2").json()
+    assert answer["decision"] == "approved" and answer["input"] == {"command": "rm -rf build/tmp"}
+    assert answer["run_status"] == "running"
+    api.post(
+        f"/api/v1/tool-calls/{risky['id']}/result", {"output": ""}, content_type="application/json"
+    )
+
+    r = api.put(
+        f"/api/v1/runs/{run_id}/workspace",
+        tarball({"notes.txt": "hi"}),
+        content_type="application/gzip",
+    )
+    assert r.status_code == 201, r.content
+    refused = api.post(
+        f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
+    ).json()
+    assert refused["passed"] is False and refused["run_status"] == "running"
+    assert (
+        refused["checks"][0]["command"] == "test -f done.txt" and not refused["checks"][0]["passed"]
+    )
+
+    r = api.put(
+        f"/api/v1/runs/{run_id}/workspace",
+        tarball({"notes.txt": "hi", "done.txt": "yes"}),
+        content_type="application/gzip",
+    )
+    assert r.status_code == 201 and r.json()["files"] == 2
+    done = api.post(
+        f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
+    ).json()
+    assert done["passed"] is True and done["run_status"] == "succeeded", done
+    kinds = list(Event.objects.filter(run_id=run_id).order_by("seq").values_list("kind", flat=True))
+    for kind in (
+        "approval.requested",
+        "approval.decided",
+        "check.result",
+        "tool.call",
+        "tool.result",
+        "model.turn",
+    ):
+        assert kind in kinds
+    run = Run.objects.get(pk=run_id)
+    assert run.input_tokens == 100 and run.output_tokens == 20 and run.turns == 1
+    assert run.last_contact_at is not None
+
+
+def test_denied_call_and_policy_deny(api, agent_user):
+    run_id = make_external(api, tool_policy=[{"tool": "Bash", "action": "deny", "pattern": "curl"}])
+    denied = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "Bash", "input": {"command": "curl example.com"}},
+        content_type="application/json",
+    ).json()
+    assert denied["decision"] == "deny"
+    risky = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "bash", "input": {"command": "rm -rf /tmp/x"}},
+        content_type="application/json",
+    ).json()
+    assert risky["decision"] == "ask"
+    decider = bearer(agent_user, "decide")
+    r = decider.post(
+        f"/api/v1/approvals/{risky['approval']}/decision",
+        {"decision": "deny"},
+        content_type="application/json",
+    )
+    assert r.status_code == 422 and r["Content-Type"] == "application/problem+json"
+    r = decider.post(
+        f"/api/v1/approvals/{risky['approval']}/decision",
+        {"decision": "deny", "reason": "not outside the workspace"},
+        content_type="application/json",
+    )
+    assert r.status_code == 200
+    answer = api.get(f"/api/v1/tool-calls/{risky['id']}").json()
+    assert answer["decision"] == "denied" and answer["reason"] == "not outside the workspace"
+    r = api.post(
+        f"/api/v1/tool-calls/{risky['id']}/result",
+        {"output": "ran anyway"},
+        content_type="application/json",
+    )
+    assert r.status_code == 409
+    outputs = [
+        e.payload["output"]
+        for e in Event.objects.filter(run_id=run_id, kind="tool.result").order_by("seq")
+    ]
+    assert any("A person denied this call: not outside the workspace" in o for o in outputs)
+    assert ExternalCall.objects.filter(run_id=run_id).count() == 2
+    assert Approval.objects.get(pk=risky["approval"]).status == "denied"
+
+
+def test_budget_cap_pauses_and_answers_say_so(api):
+    run_id = make_external(api, max_tokens=100)
+    r = api.post(
+        f"/api/v1/runs/{run_id}/turns",
+        {"text": "big", "input_tokens": 90, "output_tokens": 20},
+        content_type="application/json",
+    ).json()
+    assert r["run_status"] == "paused"
+    answer = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "Bash", "input": {"command": "ls"}},
+        content_type="application/json",
+    ).json()
+    assert answer["decision"] == "deny" and answer["run_status"] == "paused"
+    assert "budget" in answer["reason"]
+
+
+def test_handoff_starts_the_next_session(api):
+    run_id = make_external(api)
+    api.get(f"/api/v1/runs/{run_id}/context")
+    r = api.post(
+        f"/api/v1/runs/{run_id}/handoff",
+        {"summary": "half done", "next_steps": ["write done.txt"]},
+        content_type="application/json",
+    )
+    assert r.status_code == 200, r.content
+    ctx = r.json()
+    assert ctx["session"] == 2 and "half done" in ctx["first_message"]
+
+
+def test_bad_uploads_are_refused_and_change_nothing(api):
+    run_id = make_external(api)
+    api.get(f"/api/v1/runs/{run_id}/context")
+    for body in (b"", b"not a tarball", tarball({"../evil.txt": "x"})):
+        r = api.put(f"/api/v1/runs/{run_id}/workspace", body, content_type="application/gzip")
+        assert r.status_code == 422, (body[:20], r.content)
+        assert r["Content-Type"] == "application/problem+json"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("link")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/etc/passwd"
+        tar.addfile(info)
+    r = api.put(f"/api/v1/runs/{run_id}/workspace", buf.getvalue(), content_type="application/gzip")
+    assert r.status_code == 422
+    assert not Run.objects.get(pk=run_id).checkpoints.filter(kind="upload").exists()
+
+
+def test_workers_never_claim_external_runs(api):
+    from agents.runtime.loop import drive
+
+    run_id = make_external(api)
+    assert drive(run_id).result == "not-claimed"
+    assert Run.objects.get(pk=run_id).status == "queued"
+
+
+def test_an_internal_run_refuses_harness_calls(api):
+    r = api.post("/api/v1/runs", {"goal": "g", "checks": ["true"]}, content_type="application/json")
+    run_id = r.json()["id"]
+    r = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "bash", "input": {}},
+        content_type="application/json",
+    )
+    assert r.status_code == 409 and "external" in r.json()["detail"]
