@@ -274,10 +274,10 @@ class AsyncClient:
                 async with self._stream(path, params=params, headers=headers) as response:
                     async for line in response.aiter_lines():
                         message = parser.feed(line)
+                        if parser.retry is not None:
+                            delay = parser.retry / 1000
                         if message is None:
                             continue
-                        if message.retry is not None:
-                            delay = message.retry / 1000
                         if message.event == "end":
                             return
                         if message.id is not None:
@@ -296,9 +296,9 @@ class AsyncClient:
     # -- approvals -----------------------------------------------------------------------------
 
     async def list_approvals(
-        self, *, status: str | None = "pending", run: int | None = None
+        self, *, status: str | None = "pending", run: int | None = None, limit: int | None = None
     ) -> list[Approval]:
-        return await self._send(ops.list_approvals(status, run))
+        return await self._send(ops.list_approvals(status, run, limit))
 
     async def get_approval(self, approval_id: int) -> Approval:
         return await self._send(ops.get_approval(approval_id))

@@ -284,10 +284,10 @@ class Client:
                 with self._stream(path, params=params, headers=headers) as response:
                     for line in response.iter_lines():
                         message = parser.feed(line)
+                        if parser.retry is not None:
+                            delay = parser.retry / 1000
                         if message is None:
                             continue
-                        if message.retry is not None:
-                            delay = message.retry / 1000
                         if message.event == "end":
                             return
                         if message.id is not None:
@@ -306,9 +306,9 @@ class Client:
     # -- approvals -----------------------------------------------------------------------------
 
     def list_approvals(
-        self, *, status: str | None = "pending", run: int | None = None
+        self, *, status: str | None = "pending", run: int | None = None, limit: int | None = None
     ) -> list[Approval]:
-        return self._send(ops.list_approvals(status, run))
+        return self._send(ops.list_approvals(status, run, limit))
 
     def get_approval(self, approval_id: int) -> Approval:
         return self._send(ops.get_approval(approval_id))

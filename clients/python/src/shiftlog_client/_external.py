@@ -114,6 +114,14 @@ class _RunState:
     run_id: int
     status: str
     session: int | None
+    # The harness asks the agent to hand off (the session is at its limit): call handoff().
+    handoff_requested: bool = False
+
+    def _context(self, context: Context) -> Context:
+        self.session = context.session
+        self.handoff_requested = context.handoff_requested
+        self._seen(context.run_status)
+        return context
 
     def _seen(self, run_status: str) -> None:
         if run_status:
@@ -150,10 +158,7 @@ class ExternalRun(_RunState):
 
     def context(self) -> Context:
         """What this session starts from; its `first_message` is the model's first prompt."""
-        context = self.client.run_context(self.run_id)
-        self.session = context.session
-        self._seen(context.run_status)
-        return context
+        return self._context(self.client.run_context(self.run_id))
 
     def heartbeat(self) -> str:
         self._seen(self.client.heartbeat(self.run_id))
@@ -179,6 +184,7 @@ class ExternalRun(_RunState):
             cache_write_tokens,
         )
         self._seen(result.run_status)
+        self.handoff_requested = result.handoff_requested
         return result
 
     def record_message(self, message: Any) -> TurnResult:
@@ -248,9 +254,7 @@ class ExternalRun(_RunState):
         context = self.client.handoff(
             self.run_id, summary, done=done, next_steps=next_steps, open_questions=open_questions
         )
-        self.session = context.session
-        self._seen(context.run_status)
-        return context
+        return self._context(context)
 
     def finish(self, summary: str) -> FinishResult:
         """Claim done: the harness runs the checks on the uploaded workspace. `passed` and
@@ -283,10 +287,7 @@ class AsyncExternalRun(_RunState):
         return self
 
     async def context(self) -> Context:
-        context = await self.client.run_context(self.run_id)
-        self.session = context.session
-        self._seen(context.run_status)
-        return context
+        return self._context(await self.client.run_context(self.run_id))
 
     async def heartbeat(self) -> str:
         self._seen(await self.client.heartbeat(self.run_id))
@@ -311,6 +312,7 @@ class AsyncExternalRun(_RunState):
             cache_write_tokens,
         )
         self._seen(result.run_status)
+        self.handoff_requested = result.handoff_requested
         return result
 
     async def record_message(self, message: Any) -> TurnResult:
@@ -375,9 +377,7 @@ class AsyncExternalRun(_RunState):
         context = await self.client.handoff(
             self.run_id, summary, done=done, next_steps=next_steps, open_questions=open_questions
         )
-        self.session = context.session
-        self._seen(context.run_status)
-        return context
+        return self._context(context)
 
     async def finish(self, summary: str) -> FinishResult:
         result = await self.client.finish(self.run_id, summary)

@@ -94,6 +94,7 @@ class Run:
     last_seq: int = 0
     pending_approvals: int = 0
     url: str = ""
+    forked_from: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -126,6 +127,7 @@ class Run:
             last_seq=_int(data.get("last_seq")),
             pending_approvals=_int(data.get("pending_approvals")),
             url=data.get("url") or "",
+            forked_from=data.get("forked_from"),
             raw=data,
         )
 
@@ -265,6 +267,7 @@ class Diff:
 class Artifact:
     id: int
     name: str
+    run: int | None = None
     kind: str = ""
     size: int = 0
     mime_type: str = ""
@@ -277,6 +280,7 @@ class Artifact:
         return cls(
             id=int(data["id"]),
             name=data.get("name") or "",
+            run=_opt_int(data.get("run")),
             kind=data.get("kind") or "",
             size=_int(data.get("size")),
             mime_type=data.get("mime_type") or "",
@@ -330,28 +334,38 @@ class ForkPreview:
 
 @dataclass(frozen=True)
 class Context:
-    """What a session starts from (`GET /runs/{id}/context`, and the answer to a handoff)."""
+    """What a session starts from (`GET /runs/{id}/context`, and the answer to a handoff):
+    its first message, and what people and the harness said since (`messages`, each a dict of
+    `seq`, `kind`, `text`). `session` is None when the run is in no state to go on."""
 
-    session: int
+    session: int | None
     first_message: str
     run_status: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    handoff_requested: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Context:
         return cls(
-            session=_int(data.get("session")),
+            session=_opt_int(data.get("session")),
             first_message=data.get("first_message") or "",
             run_status=data.get("run_status") or "",
+            messages=list(data.get("messages") or []),
+            handoff_requested=bool(data.get("handoff_requested")),
             raw=data,
         )
 
 
 @dataclass(frozen=True)
 class TurnResult:
+    """A recorded turn: its seq, the run's status and cost so far, and whether the harness
+    asks the agent to hand off now (the session is at its limit)."""
+
     seq: int
     run_status: str
     cost_usd: Decimal = Decimal(0)
+    handoff_requested: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -360,6 +374,7 @@ class TurnResult:
             seq=_int(data.get("seq")),
             run_status=data.get("run_status") or "",
             cost_usd=_decimal(data.get("cost_usd")),
+            handoff_requested=bool(data.get("handoff_requested")),
             raw=data,
         )
 
@@ -373,12 +388,13 @@ class ToolDecision:
     """Shiftlog's word on a tool call: `allow`/`approved` (run `input`), `deny`/`denied` (don't;
     `reason` says why), `ask`/`pending` (a person has not decided yet)."""
 
-    id: str
+    id: str | None  # None when the call was refused without being recorded (run paused)
     decision: str
     input: Any = None
     reason: str = ""
     approval: int | None = None
     run_status: str = ""
+    note: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -398,12 +414,13 @@ class ToolDecision:
     @classmethod
     def from_json(cls, data: dict[str, Any], *, fallback_input: Any = None) -> ToolDecision:
         return cls(
-            id=str(data["id"]),
+            id=None if data.get("id") is None else str(data["id"]),
             decision=data.get("decision") or "",
             input=data.get("input", fallback_input),
             reason=data.get("reason") or "",
             approval=_opt_int(data.get("approval")),
             run_status=data.get("run_status") or "",
+            note=data.get("note") or "",
             raw=data,
         )
 
@@ -444,6 +461,7 @@ class CheckResult:
     passed: bool
     exit_code: int | None = None
     output: str = ""
+    timed_out: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CheckResult:
@@ -452,12 +470,14 @@ class CheckResult:
             passed=bool(data.get("passed")),
             exit_code=_opt_int(data.get("exit_code")),
             output=data.get("output") or "",
+            timed_out=bool(data.get("timed_out")),
         )
 
 
 @dataclass(frozen=True)
 class FinishResult:
-    """The harness's verdict on `finish`: the run's checks, run by Shiftlog itself."""
+    """The harness's verdict on `finish`: the run's checks, run by Shiftlog itself, and
+    `summary`, what the harness tells the agent about them."""
 
     passed: bool
     run_status: str
@@ -471,12 +491,15 @@ class FinishResult:
         if self.passed:
             return f"The checks passed; the run is {self.run_status}."
         lines = [f"Not done yet: the harness ran the checks and the run is {self.run_status}."]
+        if self.summary:
+            lines.append(self.summary if len(self.summary) <= limit else self.summary[-limit:])
         for check in self.checks:
             if check.passed:
                 lines.append(f"PASSED: {check.command}")
             else:
                 out = check.output if len(check.output) <= limit else check.output[-limit:]
-                lines.append(f"FAILED (exit {check.exit_code}): {check.command}\n{out}".rstrip())
+                how = "timed out" if check.timed_out else f"exit {check.exit_code}"
+                lines.append(f"FAILED ({how}): {check.command}\n{out}".rstrip())
         lines.extend(f"Note: {note}" for note in self.notes)
         return "\n".join(lines)
 

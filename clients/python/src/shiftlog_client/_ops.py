@@ -164,12 +164,12 @@ def stream_path(run_id: int) -> str:
 # --- approvals -----------------------------------------------------------------------------
 
 
-def list_approvals(status: str | None, run: int | None) -> Call[list[Approval]]:
+def list_approvals(status: str | None, run: int | None, limit: int | None) -> Call[list[Approval]]:
     return Call(
         "GET",
         f"{PREFIX}/approvals",
         lambda r: [Approval.from_json(a) for a in _items(r)],
-        params=_params(status=status, run=run),
+        params=_params(status=status, run=run, limit=limit),
     )
 
 

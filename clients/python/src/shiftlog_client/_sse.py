@@ -50,7 +50,7 @@ class SSEParser:
         if self._id is not None:
             self.last_id = self._id
         if not self._data and not self._event:
-            self._id = None
+            self._id, self._retry = None, None
             return None
         message = SSEMessage(
             event=self._event or "message",
