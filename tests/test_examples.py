@@ -5,11 +5,13 @@ it, uploads its workspace and finishes, and the harness's checks make the run su
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +152,118 @@ def test_the_plain_anthropic_loop_succeeds_after_an_approval_and_a_failed_finish
     # Each turn's usage, as the fake answered it, counted against the run's budgets.
     assert run.turns == 5
     assert run.input_tokens == 300 + 4 * 10 and run.output_tokens == 40 + 4 * 5
+
+
+# --- the Claude Agent SDK example -------------------------------------------------------------
+
+
+@functools.cache
+def sdk_python() -> str | None:
+    """A Python with claude-agent-sdk (and httpx): SHIFTLOG_CLAUDE_SDK_PYTHON, or this one."""
+    python = os.environ.get("SHIFTLOG_CLAUDE_SDK_PYTHON") or sys.executable
+    probe = subprocess.run(
+        [python, "-c", "import claude_agent_sdk, httpx"], capture_output=True, timeout=60
+    )
+    return python if probe.returncode == 0 else None
+
+
+class FakeForClaudeCode(FakeAnthropic):
+    """The script answers Claude Code's agent requests (those offering its tools); anything
+    else the CLI may ask on the side (a title, a summary) gets a short reply off the script."""
+
+    def _next_response(self, request: dict[str, Any]) -> tuple[int, Any, dict[str, str], float]:
+        body = request.get("body") if isinstance(request.get("body"), dict) else {}
+        if not any(t.get("name") == "Bash" for t in body.get("tools") or []):
+            with self._lock:
+                self.requests.append(request)
+            reply = self.message_body([text("ok")], model=body.get("model", "claude-haiku-4-5"))
+            return 200, reply, {}, 0.0
+        return super()._next_response(request)
+
+
+def test_the_claude_agent_sdk_agent_asks_shiftlog_before_each_tool(shiftlog, tmp_path):
+    python = sdk_python()
+    if python is None:
+        pytest.skip(
+            "claude-agent-sdk is not installed for this Python: pip install -r "
+            "examples/claude_agent_sdk/requirements.txt, or set SHIFTLOG_CLAUDE_SDK_PYTHON to a "
+            "Python that has it (its wheel bundles the Claude Code CLI)"
+        )
+    from shiftlog_client import Client, ExternalRun
+
+    base, agent_token, boss_token = shiftlog
+    with Client(base, agent_token) as agent_api:
+        run_id = ExternalRun.create(agent_api, "Write done.txt saying yes", checks=CHECKS).run_id
+    workspace = tmp_path / "agent-ws"
+    (workspace / "build").mkdir(parents=True)
+    (workspace / "build" / "junk.o").write_text("junk")
+    (workspace / "build" / "keep.txt").write_text("keep")
+    home = tmp_path / "home"
+    home.mkdir()
+    log = tmp_path / "agent.log"
+    risky = "rm -rf build && echo yes > done.txt"
+    edited = "rm -f build/junk.o && echo yes > done.txt"
+
+    with FakeForClaudeCode() as fake:
+        fake.push_message(
+            [text("Looking first."), tool_use("toolu_1", "Bash", command="ls", description="list")],
+            stop_reason="tool_use",
+        )
+        fake.push_message([tool_use("toolu_2", "Bash", command="echo no > done.txt")],
+                          stop_reason="tool_use")  # fmt: skip
+        fake.push_message([text("Done.")])  # the harness's checks will say otherwise
+        fake.push_message([tool_use("toolu_3", "Bash", command=risky)], stop_reason="tool_use",
+                          usage={"input_tokens": 300, "output_tokens": 40})  # fmt: skip
+        fake.push_message([text("Done now: done.txt says yes.")])
+        argv = [python, str(EXAMPLES / "claude_agent_sdk" / "agent.py"),
+                "--url", base, "--token", agent_token, "--run", str(run_id),
+                "--workspace", str(workspace), "--model", "claude-sonnet-4-5"]  # fmt: skip
+        env = agent_env(
+            fake,
+            HOME=str(home),
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            DISABLE_AUTOUPDATER="1",
+        )
+        with log.open("w") as out:
+            agent = subprocess.Popen(dying_with_us(argv), env=env, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        try:
+            with Client(base, boss_token) as decider:
+                deadline = time.monotonic() + 120
+                while not (waiting := decider.list_approvals(status="pending", run=run_id)):
+                    assert agent.poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.2)
+                assert waiting[0].input == {"command": risky, "description": ""} or (
+                    waiting[0].input["command"] == risky
+                ), waiting[0]
+                decided = decider.decide(
+                    waiting[0].id, "edit", input={**waiting[0].input, "command": edited}
+                )
+            assert decided.status == "approved"
+            assert agent.wait(timeout=120) == 0, log.read_text()
+        finally:
+            if agent.poll() is None:
+                os.killpg(agent.pid, 9)
+                agent.wait()
+        scripted = [r["body"] for r in fake.requests if any(
+            t.get("name") == "Bash" for t in r["body"].get("tools") or [])]  # fmt: skip
+
+    output = log.read_text()
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "succeeded", output
+    assert fake.pending == 0 and len(scripted) == 5, output
+    # The person's edit is what ran: junk.o went, the rest of build/ stayed.
+    assert (workspace / "done.txt").read_text() == "yes\n"
+    assert not (workspace / "build" / "junk.o").exists()
+    assert (workspace / "build" / "keep.txt").exists()
+    # Shiftlog's log: each call asked, run and reported, the approval, the checks.
+    events = list(Event.objects.filter(run_id=run_id).order_by("seq"))
+    kinds = [e.kind for e in events]
+    for kind in ("model.turn", "tool.call", "tool.result", "approval.requested",
+                 "approval.decided", "check.result"):  # fmt: skip
+        assert kind in kinds, (kind, kinds)
+    results = [e.payload for e in events if e.kind == "tool.result"]
+    assert any("build" in str(p.get("output", "")) for p in results), results
+    # Two queries' usage, recorded from their ResultMessages.
+    assert run.turns == 2 and run.input_tokens >= 300
