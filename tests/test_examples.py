@@ -267,3 +267,63 @@ def test_the_claude_agent_sdk_agent_asks_shiftlog_before_each_tool(shiftlog, tmp
     assert any("build" in str(p.get("output", "")) for p in results), results
     # Two queries' usage, recorded from their ResultMessages.
     assert run.turns == 2 and run.input_tokens >= 300
+
+
+# --- the README's loop --------------------------------------------------------------------------
+
+
+def readme_loop() -> str:
+    text = (BASE_DIR / "clients" / "python" / "README.md").read_text()
+    return text.split("<!-- readme-loop")[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_loop_runs_as_written(shiftlog, tmp_path, monkeypatch):
+    import anthropic
+    from shiftlog_client import Client, ExternalRun
+
+    base, agent_token, _ = shiftlog
+    with Client(base, agent_token) as api:
+        run_id = ExternalRun.create(api, "Write done.txt saying yes", checks=CHECKS).run_id
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    def run_bash(input):
+        done = subprocess.run(["bash", "-c", input["command"]], cwd=workspace,
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        return done.stdout + done.stderr, done.returncode != 0
+
+    with FakeAnthropic() as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
+        fake.push_message([tool_use("toolu_1", "bash", command="echo no > done.txt")],
+                          stop_reason="tool_use")  # fmt: skip
+        fake.push_message([text("Done.")])
+        fake.push_message([tool_use("toolu_2", "bash", command="echo yes > done.txt")],
+                          stop_reason="tool_use")  # fmt: skip
+        fake.push_message([text("Done.")])
+        scope = {
+            "anthropic": anthropic,
+            "Client": Client,
+            "ExternalRun": ExternalRun,
+            "URL": base,
+            "TOKEN": agent_token,
+            "RUN_ID": run_id,
+            "MODEL": "claude-sonnet-4-5",
+            "TOOLS": [
+                {
+                    "name": "bash",
+                    "description": "Run a command.",
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {"command": {"type": "string"}},
+                    },
+                }
+            ],
+            "HANDS": {"bash": run_bash},
+            "WORKSPACE": workspace,
+        }
+        exec(compile(readme_loop(), "clients/python/README.md", "exec"), scope)
+        requests = [r["body"] for r in fake.requests]
+
+    assert Run.objects.get(pk=run_id).status == "succeeded"
+    assert len(requests) == 4 and "FAILED" in str(requests[2]["messages"][-1]["content"])
