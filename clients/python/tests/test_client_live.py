@@ -30,7 +30,7 @@ URL = os.environ.get("SHIFTLOG_TEST_URL", "")
 TOKEN = os.environ.get("SHIFTLOG_TEST_TOKEN", "")
 
 pytestmark = [
-    pytest.mark.live,
+    pytest.mark.no_services,  # it talks to a server of its own, never to the test database
     pytest.mark.skipif(
         not (URL and TOKEN),
         reason="needs a running Shiftlog: set SHIFTLOG_TEST_URL and SHIFTLOG_TEST_TOKEN "
