@@ -2,7 +2,8 @@
 
 The SDK's transport cannot be patched from outside (see FACTS.md), so tests point a real client
 at this server instead. Queue the answers a test needs with `push*`, run the code, then read
-`requests` to see what the client sent.
+`requests` to see what the client sent. A request with `"stream": true` gets the queued Message
+as the API's stream of server-sent events (what the Claude Code CLI asks for).
 
     with FakeAnthropic() as fake:
         fake.push_message([{"type": "text", "text": "hi"}])
@@ -152,6 +153,15 @@ class FakeAnthropic:
                 )
                 if delay:
                     time.sleep(delay)
+                if (
+                    status == 200
+                    and isinstance(body, dict)
+                    and body.get("stream")
+                    and isinstance(payload, dict)
+                    and payload.get("type") == "message"
+                ):
+                    self._stream(payload, headers)
+                    return
                 data = b"" if payload is None else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -163,6 +173,23 @@ class FakeAnthropic:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up waiting (timeout tests); nothing to tell it
+
+            def _stream(self, message: dict[str, Any], headers: dict[str, str]) -> None:
+                """A queued Message sent as the API streams one (`"stream": true`)."""
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("cache-control", "no-cache")
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    for event in stream_events(message):
+                        frame = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                        self.wfile.write(frame.encode())
+                    self.wfile.flush()
+                    self.close_connection = True
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep test output clean
@@ -197,6 +224,52 @@ class FakeAnthropic:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def stream_events(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Message as the Messages API's stream of events: message_start, each content block as
+    start, delta(s) and stop, message_delta (stop reason and output usage), message_stop."""
+    usage = dict(message.get("usage") or {})
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for index, block in enumerate(message.get("content") or []):
+        if block.get("type") == "text":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                }
+            )
+            delta = {"type": "text_delta", "text": block.get("text", "")}
+        elif block.get("type") == "tool_use":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {**block, "input": {}},
+                }
+            )
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input", {}))}
+        else:
+            events.append({"type": "content_block_start", "index": index, "content_block": block})
+            delta = None
+        if delta is not None:
+            events.append({"type": "content_block_delta", "index": index, "delta": delta})
+        events.append({"type": "content_block_stop", "index": index})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": message.get("stop_reason"),
+                "stop_sequence": message.get("stop_sequence"),
+            },
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return events
 
 
 def main() -> None:

@@ -1,0 +1,120 @@
+"""What the sync and async clients share: settings, headers, retry timing, the SSE bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import httpx
+
+from ._errors import RateLimited, ShiftlogError, error_from_response, retry_after_seconds
+from ._models import Event
+from ._ops import PREFIX
+from ._sse import SSEMessage
+
+__version__ = "0.1.0"
+
+# Reading a stream waits at least this long for a line: the server sends a comment every 15 s.
+STREAM_READ_TIMEOUT = 60.0
+
+
+def normalise_base_url(base_url: str) -> str:
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/api/v1` name the same API."""
+    url = base_url.rstrip("/")
+    if url.endswith(PREFIX):
+        url = url[: -len(PREFIX)]
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+    return url
+
+
+def from_env(base_url: str | None, token: str | None) -> tuple[str, str]:
+    base_url = base_url or os.environ.get("SHIFTLOG_URL")
+    token = token or os.environ.get("SHIFTLOG_TOKEN")
+    if not base_url or not token:
+        raise ValueError("give base_url and token, or set SHIFTLOG_URL and SHIFTLOG_TOKEN")
+    return base_url, token
+
+
+class Settings:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float,
+        max_retries: int,
+        max_retry_wait: float,
+        reconnect_delay: float,
+        max_reconnects: int,
+    ) -> None:
+        if not token:
+            raise ValueError("a token is required (manage.py create_token prints one)")
+        self.base_url = normalise_base_url(base_url)
+        self.token = token
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.max_retry_wait = float(max_retry_wait)
+        self.reconnect_delay = float(reconnect_delay)
+        self.max_reconnects = int(max_reconnects)
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.token}",
+            "Accept": "application/json",
+            "User-Agent": f"shiftlog-client/{__version__}",
+        }
+
+    def retry_delay(self, response: httpx.Response, attempt: int) -> float | None:
+        """Seconds to wait before retrying a 429 (its Retry-After), or None to give up."""
+        if response.status_code != 429 or attempt >= self.max_retries:
+            return None
+        return min(self.max_retry_wait, retry_after_seconds(response, default=2.0**attempt))
+
+    def timeout_for(self, read_timeout: float | None) -> httpx.Timeout:
+        if read_timeout is None:
+            return httpx.Timeout(self.timeout)
+        return httpx.Timeout(self.timeout, read=max(self.timeout, read_timeout))
+
+    def stream_timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, read=max(self.timeout, STREAM_READ_TIMEOUT))
+
+
+def check(response: httpx.Response) -> None:
+    """Raise the ShiftlogError for an error answer (the body must have been read)."""
+    if response.status_code >= 400:
+        raise error_from_response(response)
+
+
+def stream_request(after: int | None, last_id: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Params and headers of one connection of the event stream: `?after=` the first time, the
+    last seen id as `Last-Event-ID` on a reconnect."""
+    headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+    if last_id is not None:
+        headers["Last-Event-ID"] = last_id
+        return {}, headers
+    return ({"after": after} if after is not None else {}), headers
+
+
+def event_of(message: SSEMessage) -> Event | None:
+    """The Event a stream message carries; None for `end` and for messages that carry none."""
+    if message.event == "end" or not message.data:
+        return None
+    try:
+        data = json.loads(message.data)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "seq" not in data:
+        return None
+    return Event.from_json(data)
+
+
+class StreamDropped(ShiftlogError):
+    """The event stream dropped more times in a row than `max_reconnects` allows."""
+
+
+# Errors of the connection itself (not of the API): a stream reconnects after these.
+TRANSPORT_ERRORS = (httpx.TransportError,)
+
+__all__ = ["RateLimited", "StreamDropped"]
