@@ -89,7 +89,7 @@ async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_S
     if len(call_id) > 100:
         raise Problem(404, f"no tool call {call_id[:100]}")
     who = await sync_to_async(_checked_call)(request, call_id)
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
     while True:
         answer = await sync_to_async(external.decision)(
             call_id, run_ids=_own_calls(request), actor=who

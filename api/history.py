@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import FileResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
@@ -90,8 +92,11 @@ async def _sse(run_id: int, after: int):
         lambda: Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     )
     quiet = 0.0
+    # A stream is closed after a while (the client reconnects with Last-Event-ID): no connection
+    # is held for ever, and proxies see traffic.
+    closes_at = time.monotonic() + settings.SHIFTLOG["API_STREAM_SECONDS"]
     yield b"retry: 1000\n\n"
-    while True:
+    while time.monotonic() < closes_at:
         rows = await read(run_id, after, STREAM_BATCH)
         for item in out.events(rows):
             data = json.dumps(item, cls=DjangoJSONEncoder)

@@ -385,6 +385,10 @@ SHIFTLOG = {
     # The API: requests per minute per token, and the largest body (a workspace upload).
     "API_RATE_PER_MINUTE": int(env_number("SHIFTLOG_API_RATE_PER_MINUTE", 600)),
     "API_MAX_UPLOAD_MB": int(env_number("SHIFTLOG_API_MAX_UPLOAD_MB", 512)),
+    # The longest a tool call's long-poll (?wait=) holds before answering "pending".
+    "API_MAX_WAIT_SECONDS": env_number("SHIFTLOG_API_MAX_WAIT_SECONDS", 60.0, float),
+    # An event stream is closed after this long; clients reconnect with Last-Event-ID.
+    "API_STREAM_SECONDS": env_number("SHIFTLOG_API_STREAM_SECONDS", 600.0, float),
     # An OpenTelemetry collector (OTLP over HTTP): each run that ends is sent to it as a trace
     # (agents/telemetry.py). Empty: nothing is exported.
     "OTEL_ENDPOINT": _otel_endpoint(),
