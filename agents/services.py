@@ -187,7 +187,7 @@ def create_run(
     ]
     if heartbeat_seconds is not None:
         if provider != Provider.EXTERNAL:
-            raise RunError("a heartbeat is only for external runs", "heartbeat_seconds")
+            raise RunError("--heartbeat-seconds is only for external runs", "heartbeat_seconds")
         heartbeat_seconds = inputs.whole_number(
             heartbeat_seconds, what="heartbeat-seconds", field="heartbeat_seconds"
         )

@@ -271,3 +271,24 @@ def test_an_internal_run_refuses_harness_calls(api):
         content_type="application/json",
     )
     assert r.status_code == 409 and "external" in r.json()["detail"]
+
+
+def test_the_cli_creates_an_external_run(capsys):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    call_command(
+        "create_run",
+        "--goal",
+        "g",
+        "--check",
+        "true",
+        "--provider",
+        "external",
+        "--heartbeat-seconds",
+        "30",
+    )
+    run = Run.objects.get(pk=int(capsys.readouterr().out.strip()))
+    assert run.is_external and run.heartbeat_window == 30 and run.status == "queued"
+    with pytest.raises(CommandError, match="only for external"):
+        call_command("create_run", "--goal", "g", "--check", "true", "--heartbeat-seconds", "30")

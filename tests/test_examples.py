@@ -277,6 +277,11 @@ def readme_loop() -> str:
     return text.split("<!-- readme-loop")[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 
+def test_the_projects_readme_shows_the_same_loop():
+    readme = (BASE_DIR / "README.md").read_text()
+    assert f"```python\n{readme_loop()}```" in readme
+
+
 def test_the_readme_loop_runs_as_written(shiftlog, tmp_path, monkeypatch):
     import anthropic
     from shiftlog_client import Client, ExternalRun

@@ -31,7 +31,18 @@ class Command(BaseCommand):
             metavar="CMD",
             help="a done-condition: a shell command that exits 0 when the goal is met (repeatable)",
         )
-        parser.add_argument("--provider", choices=["scripted", "anthropic"], default="scripted")
+        parser.add_argument(
+            "--provider",
+            choices=["scripted", "anthropic", "external"],
+            default="scripted",
+            help="external: an agent outside Shiftlog drives the run through the API",
+        )
+        parser.add_argument(
+            "--heartbeat-seconds",
+            type=int,
+            metavar="S",
+            help="external runs: silent this long, the run shows as stalled (default 300)",
+        )
         parser.add_argument(
             "--script", metavar="FILE", help="script for the scripted provider (JSON)"
         )
@@ -167,6 +178,7 @@ class Command(BaseCommand):
                 environment=o["env"],
                 requirements=o["env_requirements"],
                 approval_timeout_seconds=o["approval_timeout"],
+                heartbeat_seconds=o["heartbeat_seconds"],
                 created_by=user,
             )
         except RunError as e:
