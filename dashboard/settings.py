@@ -96,6 +96,7 @@ INSTALLED_APPS = [
     "agents",
     "dashboard",
     "api",
+    "ninja",  # its Swagger UI from our static files (without it, from a CDN the CSP refuses)
 ]
 
 MIDDLEWARE = [
