@@ -292,3 +292,20 @@ def test_the_cli_creates_an_external_run(capsys):
     assert run.is_external and run.heartbeat_window == 30 and run.status == "queued"
     with pytest.raises(CommandError, match="only for external"):
         call_command("create_run", "--goal", "g", "--check", "true", "--heartbeat-seconds", "30")
+
+
+def test_a_call_waiting_when_the_run_is_cancelled_is_denied(api):
+    run_id = make_external(api)
+    risky = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "bash", "input": {"command": "rm -rf /tmp/x"}},
+        content_type="application/json",
+    ).json()
+    assert risky["decision"] == "ask"
+    api.post(f"/api/v1/runs/{run_id}/cancel", {"reason": "enough"}, content_type="application/json")
+    answer = api.get(f"/api/v1/tool-calls/{risky['id']}").json()
+    assert answer["decision"] == "denied" and answer["reason"] == "the run is cancelled"
+    r = api.post(
+        f"/api/v1/tool-calls/{risky['id']}/result", {"output": "x"}, content_type="application/json"
+    )
+    assert r.status_code == 409

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents import inputs, leases, sandbox
-from agents.lifecycle import IllegalTransition
+from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,
     ApprovalStatus,
@@ -351,6 +351,10 @@ def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
         return _answer(call, call.decision)
     approval = call.approval
     if approval is None or approval.status == ApprovalStatus.PENDING:
+        status = status_of(call.run_id)
+        if status in TERMINAL:  # nobody will decide it now: the call must not run
+            answer = _answer(call, "denied")
+            return {**answer, "reason": f"the run is {status}"}
         return _answer(call, "pending")
     approved = approval.status == ApprovalStatus.APPROVED
     settled = call.called_seq is not None or call.result_seq is not None
@@ -374,6 +378,8 @@ def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) ->
     if not isinstance(output, str):
         raise ExternalError("output must be text", 422)
     call = _get_call(call_id, run_ids)
+    if call.decision == ExternalCallDecision.DENY:
+        raise ExternalError(f"tool call {call_id} was denied ({call.reason}): it must not run")
     if call.result_seq is not None:
         raise ExternalError(f"tool call {call_id} already has its result")
     if call.decision == ExternalCallDecision.ASK and (
