@@ -285,6 +285,9 @@ class StalledRun:
 
     @property
     def silent(self) -> str:
+        """In seconds under a minute: a heartbeat may be a few seconds long."""
+        if self.silent_seconds < 60:
+            return f"{int(self.silent_seconds)} s"
         return duration(self.silent_seconds).removeprefix("~")
 
 
