@@ -12,7 +12,8 @@ from agents.models import Approval, Run
 class Command(BaseCommand):
     help = (
         "The fleet at a glance, as the Overview page shows it: runs by status, approvals "
-        "waiting, stuck runs, stalled external runs, spend today and this week, burn rates and time to each cap."
+        "waiting, stuck runs, stalled external runs, spend today and this week, burn rates and "
+        "time to each cap."
     )
 
     def add_arguments(self, parser):
