@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ LIVE_STATUSES = frozenset(
 # States a worker may drive; the others wait for a person or are over. A claimable `verifying`
 # run is one whose worker died while the checks ran.
 DRIVABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.VERIFYING})
+# An external run in these states waits on its agent: silent past its heartbeat window, it is
+# stalled (Run.stalled). Paused or awaiting approval, it waits on a person instead.
+STALLABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 
 
 class Provider(models.TextChoices):
@@ -259,10 +263,17 @@ class Run(models.Model):
     @property
     def stalled(self) -> bool:
         """An external run that should be working but whose agent has gone quiet."""
-        if not self.is_external or self.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+        return self.stalled_at(timezone.now())
+
+    def stalled_at(self, now: datetime) -> bool:
+        """`stalled`, as of `now` (the Overview measures every figure at one instant)."""
+        if not self.is_external or self.status not in STALLABLE_STATUSES:
             return False
-        since = self.last_contact_at or self.created_at
-        return (timezone.now() - since).total_seconds() > self.heartbeat_window
+        return self.silent_seconds(now) > self.heartbeat_window
+
+    def silent_seconds(self, now: datetime) -> float:
+        """Seconds since the agent's last call (since the run was created, before its first)."""
+        return (now - (self.last_contact_at or self.created_at)).total_seconds()
 
     @property
     def unisolated(self) -> bool:

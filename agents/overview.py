@@ -1,7 +1,8 @@
 """A fleet at a glance: what the Overview page and `manage.py overview` show, for any set of runs.
 
 Counts by status, approvals waiting and their age, runs that look stuck (running or verifying,
-yet no event for `SHIFTLOG_STUCK_MINUTES`), spend today and this week, and for every active run
+yet no event for `SHIFTLOG_STUCK_MINUTES`), external runs whose agent has gone silent past its
+heartbeat window (stalled: `Run.stalled`), spend today and this week, and for every active run
 its burn rate and the time left to each of its caps. Everything is aggregated in the database in
 a fixed number of queries, however many runs there are; the callers choose which runs (a person
 sees only theirs: dashboard.access) and render the figures.
@@ -25,7 +26,15 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from agents.models import Approval, Event, EventKind, Run, RunStatus
+from agents.models import (
+    STALLABLE_STATUSES,
+    Approval,
+    Event,
+    EventKind,
+    Provider,
+    Run,
+    RunStatus,
+)
 
 # A worker is driving these; a run in them that writes no event for a while looks stuck.
 ACTIVE_STATUSES = (RunStatus.RUNNING, RunStatus.VERIFYING)
@@ -62,6 +71,17 @@ def stuck(runs: models.QuerySet[Run], now: datetime) -> models.QuerySet[Run]:
         .annotate(last_event=last_event_at())
         .filter(Q(last_event__lt=cutoff) | Q(last_event__isnull=True))
     )
+
+
+def stalled(runs: models.QuerySet[Run], now: datetime) -> models.QuerySet[Run]:
+    """External runs that should be working but whose agent has been silent for longer than
+    its heartbeat window (`Run.stalled_at`). Each run has its own window, so the few external
+    runs that could be stalled are read (one query) and measured here; the result is a
+    queryset of them, to filter, count or list."""
+    candidates = runs.filter(provider=Provider.EXTERNAL, status__in=STALLABLE_STATUSES).only(
+        "pk", "provider", "status", "created_at", "last_contact_at", "heartbeat_seconds"
+    )
+    return runs.filter(pk__in=[r.pk for r in candidates if r.stalled_at(now)])
 
 
 def waiting_for_approval(runs: models.QuerySet[Run]) -> models.QuerySet[Run]:
@@ -254,6 +274,23 @@ class StuckRun:
         return duration(self.quiet_seconds).removeprefix("~")
 
 
+@dataclass(frozen=True)
+class StalledRun:
+    run: Run
+    now: datetime
+
+    @property
+    def silent_seconds(self) -> float:
+        return self.run.silent_seconds(self.now)
+
+    @property
+    def silent(self) -> str:
+        """In seconds under a minute: a heartbeat may be a few seconds long."""
+        if self.silent_seconds < 60:
+            return f"{int(self.silent_seconds)} s"
+        return duration(self.silent_seconds).removeprefix("~")
+
+
 @dataclass
 class Overview:
     now: datetime
@@ -267,6 +304,8 @@ class Overview:
     week_start: datetime
     spend: dict[str, dict[str, Any]]  # today|week -> {"usd", "tokens"}
     burns: list[Burn] = field(default_factory=list)
+    stalled_count: int = 0
+    stalled: list[StalledRun] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -303,6 +342,19 @@ class Overview:
                     "quiet_seconds": round(s.quiet_seconds, 1),
                 }
                 for s in self.stuck
+            ],
+            "stalled": self.stalled_count,
+            "stalled_runs": [
+                {
+                    "run": s.run.pk,
+                    "status": s.run.status,
+                    "last_contact_at": (
+                        s.run.last_contact_at.isoformat() if s.run.last_contact_at else None
+                    ),
+                    "heartbeat_seconds": s.run.heartbeat_window,
+                    "silent_seconds": round(s.silent_seconds, 1),
+                }
+                for s in self.stalled
             ],
             "spend": {
                 name: {
@@ -347,6 +399,7 @@ def compute(
     waiting = list(approvals.select_related("run").order_by("created_at", "pk")[:SHOWN])
     stuck_runs = stuck(runs, now).order_by("last_event", "pk")
     listed = list(stuck_runs[:SHOWN])
+    stalled_runs = sorted(stalled(runs, now), key=lambda r: (-r.silent_seconds(now), r.pk))
     today, week = window_start("today", now), window_start("week", now)
     return Overview(
         now=now,
@@ -367,4 +420,6 @@ def compute(
         week_start=week,
         spend=spend(runs, today, week),
         burns=burns(runs, now),
+        stalled_count=len(stalled_runs),
+        stalled=[StalledRun(r, now) for r in stalled_runs[:SHOWN]],
     )

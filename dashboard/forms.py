@@ -4,6 +4,10 @@ import json
 
 from django import forms
 from django.conf import settings
+from django.urls import reverse
+from django.utils.functional import lazy
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from agents import inputs
 from agents.models import Provider, RunStatus
@@ -25,7 +29,17 @@ def provider_choices() -> list[tuple[str, str]]:
     return [
         (Provider.SCRIPTED.value, "scripted · offline (no model is called)"),
         (Provider.ANTHROPIC.value, anthropic),
+        (Provider.EXTERNAL.value, "external agent (driven through the API)"),
     ]
+
+
+def provider_help() -> SafeString:
+    return format_html(
+        "External agent: the run waits for its agent, a program outside Shiftlog, to call the "
+        'API with a token (<a href="{}">the API</a>, <code>manage.py create_token</code>). '
+        "Until it calls, the run stays queued.",
+        reverse("api:openapi-view"),
+    )
 
 
 class ProviderSelect(forms.Select):
@@ -103,7 +117,18 @@ class NewRunForm(forms.Form):
         help_text="One shell command a line; the harness runs them when the agent says it is done.",
     )
     provider = forms.ChoiceField(
-        choices=provider_choices, initial=Provider.SCRIPTED, widget=ProviderSelect
+        choices=provider_choices,
+        initial=Provider.SCRIPTED,
+        widget=ProviderSelect,
+        help_text=lazy(provider_help, SafeString)(),  # the URLs load after the forms
+    )
+    heartbeat_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=inputs.MAX_INT,
+        label="Heartbeat (seconds)",
+        help_text="External agent only: silent longer than this, the run shows as stalled. "
+        "Empty: the server's default.",
     )
     script = forms.FileField(
         required=False,
@@ -240,6 +265,7 @@ class NewRunForm(forms.Form):
             ),
             "protect": "\n".join(sorted(run.protected)),
             "protect_action": run.protected_action,
+            "heartbeat_seconds": run.heartbeat_seconds,
             "script_from": run.pk,
         }
         return initial, rows, json.dumps(rest, indent=2) if rest else ""
@@ -297,6 +323,9 @@ class NewRunForm(forms.Form):
         data = super().clean()
         if data.get("script") and data.get("provider") != Provider.SCRIPTED:
             self.add_error("script", "a script is only for the scripted provider")
+        if data.get("provider") != Provider.EXTERNAL:
+            # The page hides the field for other providers: a value left in it means nothing.
+            data["heartbeat_seconds"] = None
         return data
 
 
@@ -332,6 +361,8 @@ class RunFilterForm(forms.Form):
     status = _choice("status", [("", "All statuses"), *RunStatus.choices])
     stuck = _choice("stuck", [("", "Stuck or not"), ("1", "Stuck")])
     approvals = _choice("approvals", [("", "Approvals or not"), ("waiting", "Approvals waiting")])
+    provider = _choice("provider", [("", "All providers"), *Provider.choices])
+    stalled = _choice("stalled", [("", "Stalled or not"), ("1", "Stalled (external)")])
     since = _choice(
         "since",
         [("", "Any time"), ("today", "Spent today"), ("week", "Spent this week")],

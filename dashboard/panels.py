@@ -10,6 +10,10 @@ from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session, i
 from dashboard import access, cards, stream
 
 PANELS = ("run-header", "meters", "sessions", "checkpoints", "artifacts")
+# Inside the header: the status, the provider and an external agent's last contact. Sent alone
+# for events that change only it (an external agent's turn is a contact); never with the header,
+# which holds it.
+STATE = "run-state"
 # The side panels show this many of the newest items (all with ?all=1): a run with thousands of
 # sessions and checkpoints opens, and is pushed to, as fast as a new one.
 PANEL_ITEMS = 25
@@ -19,7 +23,7 @@ PANELS_BY_KIND = {
     "run.created": {"run-header"},
     "run.status": {"run-header", "meters", "sessions"},
     "run.updated": {"run-header", "meters"},
-    "model.turn": {"meters", "sessions"},
+    "model.turn": {"meters", "sessions", STATE},
     "session.started": {"run-header", "meters", "sessions"},
     "session.ended": {"run-header", "meters", "sessions"},
     "approval.requested": {"run-header"},
@@ -37,7 +41,9 @@ PANELS_BY_KIND = {
 def panels_for(rows: list[stream.Row]) -> tuple[str, ...]:
     """The panels these events change, in page order."""
     wanted = set().union(*(PANELS_BY_KIND.get(r.kind, ()) for r in rows)) if rows else set()
-    return tuple(p for p in PANELS if p in wanted)
+    if "run-header" in wanted:
+        wanted.discard(STATE)
+    return tuple(p for p in (*PANELS, STATE) if p in wanted)
 
 
 def meters(run: Run, sessions_used: int) -> list[dict]:
@@ -150,5 +156,8 @@ def render_push(
         parts += [cards.render(a, can_decide=rights.decide, oob=True) for a in approvals]
     panels = panels_for(rows) if panels is None else panels
     if panels:
-        parts.append(render(Run.objects.get(pk=run_id), rights, panels))
+        run = Run.objects.get(pk=run_id)
+        if not run.is_external:  # only an external run's state changes with a turn
+            panels = tuple(p for p in panels if p != STATE)
+        parts.append(render(run, rights, panels))
     return "".join(parts)

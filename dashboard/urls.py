@@ -40,6 +40,7 @@ urlpatterns = [
     path("runs/compare/", overview_views.run_compare, name="run-compare"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
+    path("runs/<id:run_id>/state", views.run_state, name="run-state"),
     path("runs/<id:run_id>/events/<id:seq>/", timeline_views.run_event, name="run-event"),
     path("runs/<id:run_id>/timeline/", timeline_views.run_timeline, name="run-timeline"),
     path("runs/<id:run_id>/timeline.json", timeline_views.timeline_json, name="run-timeline-json"),

@@ -75,8 +75,12 @@ def filter_runs(qs: QuerySet[Run], filters: dict[str, str]) -> QuerySet[Run]:
     """The runs list's filters; each is a figure of the Overview (agents.overview)."""
     if filters.get("status"):
         qs = qs.filter(status=filters["status"])
+    if filters.get("provider"):
+        qs = qs.filter(provider=filters["provider"])
     if filters.get("stuck"):
         qs = overview.stuck(qs, timezone.now())
+    if filters.get("stalled"):
+        qs = overview.stalled(qs, timezone.now())
     if filters.get("approvals"):
         qs = overview.waiting_for_approval(qs)
     if filters.get("since"):
@@ -135,6 +139,7 @@ def new_run(request: HttpRequest) -> HttpResponse:
                 acceptance=data["criteria"],
                 protected_paths=data["protect"],
                 protected_action=data["protect_action"],
+                heartbeat_seconds=data["heartbeat_seconds"],
                 created_by=request.user,
             )
         except services.RunError as e:
@@ -199,6 +204,15 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         }
     )
     return render(request, "runs/detail.html", context)
+
+
+@login_required
+@require_GET
+def run_state(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The header's status, provider and last contact, which a live external run's page re-reads
+    on a timer: that its agent went silent (stalled) is measured, never pushed."""
+    run = access.get_run_for_user(request.user, run_id)
+    return render(request, f"runs/detail.html#{panels.STATE}", {"run": run})
 
 
 def _json(value) -> str:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from agents import policy
 from dashboard import cards, markup, stream
@@ -49,3 +51,24 @@ def head(text) -> str:
 @register.filter
 def line_count(text) -> int:
     return str(text or "").count("\n") + 1
+
+
+@register.filter
+def ago(moment) -> str:
+    """ "12 s ago" under a minute (an agent's contact is counted in seconds), else as timesince
+    says ("2 minutes ago")."""
+    seconds = (timezone.now() - moment).total_seconds()
+    if seconds < 60:
+        return f"{max(0, int(seconds))} s ago"
+    return f"{timesince(moment, depth=1)} ago"
+
+
+# The run page re-reads an external run's state this often (a stall pushes nothing): half its
+# heartbeat window, between these bounds.
+STATE_POLL_SECONDS = (5, 30)
+
+
+@register.filter
+def state_poll(run) -> int:
+    low, high = STATE_POLL_SECONDS
+    return max(low, min(high, run.heartbeat_window // 2))

@@ -134,3 +134,19 @@
     if (first) first.focus();
   });
 })();
+
+// The new-run form: the heartbeat is an external agent's alone, shown when that is the provider
+// (without script the field is always there, and ignored for the others).
+(function () {
+  "use strict";
+  function sync() {
+    var provider = document.querySelector("form select[name=provider]");
+    var field = document.getElementById("field-heartbeat_seconds");
+    if (!provider || !field) return;
+    field.hidden = provider.value !== "external";
+  }
+  document.addEventListener("DOMContentLoaded", sync);
+  document.addEventListener("change", function (e) {
+    if (e.target && e.target.matches && e.target.matches("select[name=provider]")) sync();
+  });
+})();

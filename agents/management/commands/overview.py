@@ -12,7 +12,8 @@ from agents.models import Approval, Run
 class Command(BaseCommand):
     help = (
         "The fleet at a glance, as the Overview page shows it: runs by status, approvals "
-        "waiting, stuck runs, spend today and this week, burn rates and time to each cap."
+        "waiting, stuck runs, stalled external runs, spend today and this week, burn rates and "
+        "time to each cap."
     )
 
     def add_arguments(self, parser):
@@ -45,6 +46,12 @@ def text(o: overview.Overview) -> list[str]:
     ]
     lines.append(f"stuck (no event for more than {o.stuck_minutes} min): {o.stuck_count}")
     lines += [f"  run {s.run.pk} ({s.run.status}): quiet for {s.quiet}" for s in o.stuck]
+    lines.append(f"stalled (external, silent past their heartbeat): {o.stalled_count}")
+    lines += [
+        f"  run {s.run.pk} ({s.run.status}): silent for {s.silent}, "
+        f"heartbeat {s.run.heartbeat_window} s"
+        for s in o.stalled
+    ]
     for name, label, start in (
         ("today", "today", o.today_start),
         ("week", "this week", o.week_start),

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django.conf import settings
+from django.utils import timezone
 
-from agents import eventlog, policy, verification
+from agents import eventlog, overview, policy, verification
 from agents.management.base import RunCommand, get_run, id_arg
 from agents.models import ApprovalStatus
 
@@ -30,6 +32,10 @@ def run_summary(run) -> dict:
         "reason": run.status_reason,
         "provider": run.provider,
         "offline": run.is_offline,
+        "external": run.is_external,
+        "last_contact_at": run.last_contact_at.isoformat() if run.last_contact_at else None,
+        "heartbeat_seconds": run.heartbeat_window if run.is_external else None,
+        "stalled": run.stalled,
         "model": run.model,
         "checks": run.checks,
         "isolation": run.isolation,
@@ -97,6 +103,20 @@ def run_summary(run) -> dict:
     }
 
 
+def contact(data: dict) -> str:
+    """An external run's agent: its last call and whether it has gone silent too long."""
+    seen = data["last_contact_at"]
+    if seen:
+        quiet = (timezone.now() - datetime.fromisoformat(seen)).total_seconds()
+        text = f"last contact {seen} ({overview.duration(quiet).removeprefix('~')} ago)"
+    else:
+        text = "no contact yet"
+    text += f", heartbeat {data['heartbeat_seconds']} s"
+    if data["stalled"]:
+        text += "  ** STALLED: silent for longer than its heartbeat **"
+    return text
+
+
 class Command(RunCommand):
     help = "Show a run: status, reason, sessions, usage, cost, checkpoints, pending approvals."
 
@@ -115,7 +135,8 @@ class Command(RunCommand):
             + (f" — {data['reason']}" if data["reason"] else "")
         )
         w(f"  goal:      {data['goal']}")
-        label = " (offline)" if data["offline"] else ""
+        label = {"scripted": " (offline)", "external": " (an agent driving it through the API)"}
+        label = label.get(data["provider"], "")
         w(
             f"  provider:  {data['provider']}{label}, model {data['model']}, isolation {data['isolation'] or '-'}"
             + (
@@ -124,6 +145,8 @@ class Command(RunCommand):
                 else ""
             )
         )
+        if data["external"]:
+            w(f"  agent:     {contact(data)}")
         w(f"  checks:    {'; '.join(data['checks'])}")
         u = data["usage"]
         w(
