@@ -71,7 +71,9 @@ def test_the_docs_page_lists_every_operation_and_tries_one_with_a_token(
             timeout=30_000,
         )
         status = (
-            block.locator(".live-responses-table tbody .response-col_status").first.inner_text().strip()
+            block.locator(".live-responses-table tbody .response-col_status")
+            .first.inner_text()
+            .strip()
         )
         assert status == "200", status
         assert (
