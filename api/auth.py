@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.cache import caches
 from django.utils import timezone
 from ninja.errors import AuthorizationError
 from ninja.security import HttpBearer
@@ -45,6 +46,7 @@ class PerToken(SimpleRateThrottle):
     """SHIFTLOG_API_RATE_PER_MINUTE requests a minute for each token (429 with Retry-After)."""
 
     scope = "token"
+    cache = caches["api"]  # Redis when there is one: the limit holds across web processes
 
     def __init__(self, per_minute: int) -> None:
         super().__init__(f"{per_minute}/m")

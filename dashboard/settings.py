@@ -194,6 +194,17 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
+# "api": the API's per-token request counts, shared by every web process when Redis is there.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "api": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
+    if not REDIS_URL
+    else {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": env_str("SHIFTLOG_HUEY_NAME", "shiftlog") + "-api",
+    },
+}
 HUEY_IMMEDIATE = env_bool("SHIFTLOG_HUEY_IMMEDIATE", False)
 if REDIS_URL:
     HUEY = {
