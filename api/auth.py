@@ -55,4 +55,4 @@ class PerToken(SimpleRateThrottle):
         token = getattr(request, "auth", None)
         if token is None:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": token.pk}
+        return self.cache_format % {"scope": self.scope, "ident": token.hash[:32]}
