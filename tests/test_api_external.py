@@ -65,7 +65,7 @@ def test_external_run_end_to_end(api, agent_user):
         f"/api/v1/runs/{run_id}/turns",
         {
             "text": "I will look around",
-            "model": "claude-sonnet-4-5",
+            "model": "claude-opus-4-1",
             "input_tokens": 100,
             "output_tokens": 20,
         },
@@ -159,6 +159,7 @@ def test_external_run_end_to_end(api, agent_user):
         assert kind in kinds
     run = Run.objects.get(pk=run_id)
     assert run.input_tokens == 100 and run.output_tokens == 20 and run.turns == 1
+    assert run.model == "claude-opus-4-1"  # what the agent said it used
     assert run.last_contact_at is not None
 
 

@@ -200,6 +200,9 @@ def turn(
                 "can be recorded",
                 422,
             )
+        if model and model != s.run.model:  # the agent's model is whatever it says it uses
+            Run.objects.filter(pk=run_id).update(model=model)
+            s.run.model = model
         s.context_seq = s.known_seq
         content = [{"type": "text", "text": text}] if text else []
         h.turns.record(
