@@ -10,7 +10,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import FileResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -144,7 +144,7 @@ class Sides(Schema):
 def _sides(run: Run, sides: Sides):
     try:
         return checkpoint_views.sides(run, str(sides.a), sides.b)
-    except Exception as e:  # Http404 with the reason
+    except Http404 as e:
         raise Problem(
             404, f"{e}: a and b name checkpoints of run {run.pk} (b may be live)"
         ) from None
