@@ -392,6 +392,8 @@ async def _watch(args, children, port, cookie, run_id, session_id, start_seq, da
                 str(session_id),
                 "--commits",
                 str(args.commits),
+                "--warmup",
+                str(args.warmup),
                 "--interval-ms",
                 str(args.interval_ms),
                 "--out",
