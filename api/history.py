@@ -10,7 +10,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import FileResponse, Http404, StreamingHttpResponse
+from django.http import Http404, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -33,8 +33,7 @@ from api.schemas import (
     EventPage,
     PathId,
 )
-from dashboard import access, checkpoint_views
-from dashboard.export_views import _attachment
+from dashboard import access, checkpoint_views, streaming
 
 router = Router(tags=["history"])
 
@@ -178,7 +177,7 @@ def diff_patch(request, run_id: PathId, sides: Query[Sides]):
         chunks = export.patch_chunks(a, b)
     except export.ExportError as e:
         raise Problem(409, f"the patch cannot be made: {e}") from None
-    return _attachment(
+    return streaming.attachment(
         request, chunks, f"{export.patch_name(a, b)}.patch", "text/x-diff; charset=utf-8"
     )
 
@@ -199,7 +198,9 @@ def export_tar(request, run_id: PathId, number: PathId):
         chunks = export.tar_chunks(checkpoint)
     except export.ExportError as e:
         raise Problem(409, f"the export cannot be made: {e}") from None
-    return _attachment(request, chunks, f"{export.tar_name(checkpoint)}.tar.gz", "application/gzip")
+    return streaming.attachment(
+        request, chunks, f"{export.tar_name(checkpoint)}.tar.gz", "application/gzip"
+    )
 
 
 @router.get("/runs/{run_id}/artifacts", response=ArtifactList, summary="Artifacts")
@@ -239,11 +240,10 @@ def artifact_content(request, artifact_id: PathId):
         f = BlobStore().open(artifact.blob_hash)
     except (FileNotFoundError, ValueError):
         raise Problem(404, "the artifact's content is missing from the blob store") from None
-    response = FileResponse(
+    return streaming.file_response(
+        request,
         f,
         as_attachment=True,
         filename=artifact.name.rsplit("/", 1)[-1],
         content_type="application/octet-stream",
     )
-    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    return response

@@ -9,19 +9,14 @@ breaks the download off, so nobody is handed a wrong file that looks complete.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
-
-from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
-from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from agents import export
 from agents.models import Checkpoint
-from dashboard import access, checkpoint_views
+from dashboard import access, checkpoint_views, streaming
 
 
 @login_required
@@ -34,7 +29,9 @@ def checkpoint_export(request: HttpRequest, run_id: int, number: int) -> HttpRes
         chunks = export.tar_chunks(checkpoint)
     except export.ExportError as e:
         return _cannot(e)
-    return _attachment(request, chunks, f"{export.tar_name(checkpoint)}.tar.gz", "application/gzip")
+    return streaming.attachment(
+        request, chunks, f"{export.tar_name(checkpoint)}.tar.gz", "application/gzip"
+    )
 
 
 @login_required
@@ -47,7 +44,7 @@ def checkpoint_patch(request: HttpRequest, run_id: int) -> HttpResponse:
         chunks = export.patch_chunks(a, b)
     except export.ExportError as e:
         return _cannot(e)
-    return _attachment(
+    return streaming.attachment(
         request, chunks, f"{export.patch_name(a, b)}.patch", "text/x-diff; charset=utf-8"
     )
 
@@ -56,27 +53,3 @@ def _cannot(e: export.ExportError) -> HttpResponse:
     return HttpResponse(
         f"The export cannot be made: {e}\n", status=409, content_type="text/plain; charset=utf-8"
     )
-
-
-def _attachment(
-    request: HttpRequest, chunks: Generator[bytes, None, None], filename: str, content_type: str
-) -> StreamingHttpResponse:
-    # Under ASGI, Django would collect a plain iterator into one list before sending anything.
-    body = _one_at_a_time(chunks) if isinstance(request, ASGIRequest) else chunks
-    response = StreamingHttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = content_disposition_header(True, filename)
-    # Whatever the workspace holds is never run or shown by the browser as a page.
-    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    return response
-
-
-async def _one_at_a_time(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
-    """The chunks, each made in a worker thread (files are read and compressed there), so the
-    event loop is never blocked and no more than one chunk is held at a time."""
-    take = sync_to_async(next, thread_sensitive=False)
-    done = object()
-    try:
-        while (chunk := await take(chunks, done)) is not done:
-            yield chunk
-    finally:
-        await sync_to_async(chunks.close, thread_sensitive=False)()

@@ -17,7 +17,7 @@ from django.contrib.auth.signals import user_login_failed
 from django.contrib.auth.tokens import default_token_generator
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -36,7 +36,7 @@ from agents.models import (
     RunStatus,
 )
 from agents.providers.scripted import builtin_script
-from dashboard import access, cards, markup, panels, stream
+from dashboard import access, cards, markup, panels, stream, streaming
 from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet, RunFilterForm
 from dashboard.redirects import safe_next
 
@@ -378,14 +378,13 @@ def artifact_download(request: HttpRequest, run_id: int, artifact_id: int) -> Ht
     except (FileNotFoundError, ValueError):
         raise Http404("the artifact's content is missing from the blob store") from None
     inline = request.GET.get("inline") == "1" and artifact.mime_type in INLINE_IMAGES
-    response = FileResponse(
+    return streaming.file_response(
+        request,
         f,
         as_attachment=not inline,
         filename=artifact.name.rsplit("/", 1)[-1],
         content_type=artifact.mime_type if inline else "application/octet-stream",
     )
-    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    return response
 
 
 # --- approvals -------------------------------------------------------------------------------

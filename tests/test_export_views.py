@@ -141,3 +141,29 @@ def test_under_asgi_the_download_is_an_async_stream(run, owner):
     assert b"".join(chunks) == b"".join(export.tar_chunks(run.second))
     chunks = async_to_sync(fetch)(patch_url(run, run.first.number, run.second.number))
     assert b"".join(chunks) == export.patch(run.first, run.second)
+
+
+def test_an_artifact_download_streams_under_asgi_too(owner):
+    """A FileResponse under ASGI would be read whole into memory: it is served chunk by chunk."""
+    from asgiref.sync import async_to_sync
+    from agents.blobstore import BlobStore
+    from agents.models import Artifact
+    from dashboard import streaming
+
+    run = make_run(created_by=owner)
+    data = bytes(range(256)) * 1024  # 256 KiB: several chunks
+    artifact = Artifact.objects.create(
+        run=run, name="big.bin", kind="file", blob_hash=BlobStore().put(data), size=len(data)
+    )
+    client = AsyncClient()
+    client.force_login(owner)
+
+    async def fetch():
+        response = await client.get(f"/runs/{run.pk}/artifacts/{artifact.pk}/download")
+        assert response.status_code == 200 and response.is_async
+        assert response["Content-Length"] == str(len(data))
+        return [chunk async for chunk in response.streaming_content]
+
+    chunks = async_to_sync(fetch)()
+    assert b"".join(chunks) == data
+    assert len(chunks) == len(data) // streaming.CHUNK
