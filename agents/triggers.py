@@ -91,10 +91,12 @@ def revoke(trigger_id: int) -> Trigger:
 
 def find(token: str) -> Trigger | None:
     """The live trigger whose token this is. The lookup is by the token's SHA-256 (an index
-    cannot leak how much of a guess was right); the hash is then compared in constant time."""
+    cannot leak how much of a guess was right), and the hash is then compared in constant time,
+    against a stand-in when nothing matched, so a miss takes the same steps as a hit."""
     wanted = hash_token(token)
     trigger = Trigger.objects.filter(token_hash=wanted, revoked_at__isnull=True).first()
-    if trigger is None or not hmac.compare_digest(trigger.token_hash, wanted):
+    stored = trigger.token_hash if trigger is not None else "0" * 64
+    if not hmac.compare_digest(stored, wanted) or trigger is None:
         return None
     return trigger
 

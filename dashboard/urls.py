@@ -12,6 +12,7 @@ from dashboard import (
     export_views,
     find_views,
     health,
+    hooks,
     overview_views,
     timeline_views,
     views,
@@ -97,6 +98,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     # Browsers ask for /favicon.ico where a page names no icon (the admin's, a raw file).
     path("favicon.ico", RedirectView.as_view(url=static("shiftlog/favicon.svg"))),
+    path("hooks/<str:token>/", hooks.hook, name="hook"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
