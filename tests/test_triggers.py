@@ -151,7 +151,7 @@ def test_deliveries_are_rate_limited_per_trigger(tpl, settings):
 
 
 def test_a_trigger_goal_of_its_own_and_its_checks(tpl):
-    trigger, token = triggers.create(tpl, goal="Label {payload.issue.labels.0}")
+    _, token = triggers.create(tpl, goal="Label {payload.issue.labels.0}")
     run = Run.objects.get(pk=post(token, ISSUE).json()["run"])
     assert run.goal == "Label bug"
     with pytest.raises(triggers.TriggerError, match="at least 16"):
