@@ -96,7 +96,7 @@ def test_only_who_may_control_the_run_may_schedule_it_or_change_its_schedule(
 
 def test_a_trigger_made_on_the_page_shows_its_url_once(owner, run):
     c = client_for(owner)
-    assert 'value="%d"' % run.pk in c.get(f"/triggers/?run={run.pk}").content.decode()
+    assert f'value="{run.pk}"' in c.get(f"/triggers/?run={run.pk}").content.decode()
     r = c.post("/triggers/", {"run": run.pk, "signed": "on", "goal": "Fix {payload.title}"})
     assert r.status_code == 200
     page = r.content.decode()
