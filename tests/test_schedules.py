@@ -63,6 +63,16 @@ def test_next_tick_follows_the_time_zone():
     assert schedules.next_tick("0 9 * * *", "UTC", T0) == datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
+def test_a_daily_tick_keeps_its_local_hour_across_a_dst_change():
+    # Paris moves its clocks on 2026-03-29: 09:00 local is 08:00 UTC before, 07:00 after.
+    before = schedules.next_tick("0 9 * * *", "Europe/Paris", datetime(2026, 3, 28, 9, tzinfo=UTC))
+    after = schedules.next_tick("0 9 * * *", "Europe/Paris", before)
+    assert before == datetime(2026, 3, 29, 7, 0, tzinfo=UTC)
+    assert after == datetime(2026, 3, 30, 7, 0, tzinfo=UTC)
+    earlier = schedules.next_tick("0 9 * * *", "Europe/Paris", datetime(2026, 3, 27, 9, tzinfo=UTC))
+    assert earlier == datetime(2026, 3, 28, 8, 0, tzinfo=UTC)
+
+
 def test_a_tick_makes_a_run_from_the_template(owner, tmp_path):
     seed = tmp_path / "seed"
     seed.mkdir()

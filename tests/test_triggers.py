@@ -121,6 +121,7 @@ def test_payload_places():
     assert triggers.fill("v={payload.s}", payload) == "v={payload.a}"
     assert len(triggers.fill("{payload.long}", payload)) == triggers.MAX_VALUE_CHARS + 1
     assert triggers.fill("no places {here}", payload) == "no places {here}"
+    assert triggers.fill("all: {payload}", {"k": [1]}) == 'all: {"k": [1]}'
     for missing in ["{payload.a.x}", "{payload.a.b.5}", "{payload.a.b.-1}", "{payload.s.0}"]:
         with pytest.raises(KeyError, match=missing.strip("{}").replace(".", r"\.")):
             triggers.fill(missing, payload)
