@@ -280,8 +280,10 @@ def tick(now: datetime | None = None) -> dict[str, list[int]]:
 def fire(schedule_id: int, now: datetime) -> ScheduleEvent | None:
     """Claim this schedule's due tick and act on it; None when another process claimed it (or
     it is not due, or paused)."""
-    schedule = Schedule.objects.select_related("template", "created_by").get(pk=schedule_id)
-    if schedule.paused or schedule.next_at is None or schedule.next_at > now:
+    schedule = (
+        Schedule.objects.select_related("template", "created_by").filter(pk=schedule_id).first()
+    )
+    if schedule is None or schedule.paused or schedule.next_at is None or schedule.next_at > now:
         return None
     at, missed, following = due_ticks(schedule, now)
     with transaction.atomic():

@@ -156,6 +156,7 @@ def test_a_claimed_tick_is_not_fired_again_by_a_second_process():
     assert claimed == 0
     assert schedules.fire(schedule.pk, T0 + timedelta(hours=1)) is None
     assert Run.objects.filter(schedule=schedule).count() == 1
+    assert schedules.fire(schedule.pk + 1, T0 + timedelta(hours=1)) is None  # deleted meanwhile
 
 
 @pytest.mark.django_db(transaction=True)
