@@ -10,6 +10,7 @@ import pytest
 from agents import schedules, services
 from agents.models import Schedule
 from tests.e2e.helpers import CHROMIUM, log_in, serving
+from tests.e2e.test_accessibility import violations
 
 pytestmark = [
     pytest.mark.slow,
@@ -49,6 +50,12 @@ def test_a_schedule_made_from_a_run_page_is_listed_with_its_next_tick(pages, eve
         assert f"{local:%Y-%m-%d} 09:00 Europe/Paris" in row
         assert "0 9 * * MON-FRI" in row and "queue" in row
         assert page.locator("nav a[aria-current=page]").inner_text() == "Schedules"
+        assert violations(page) == []
         page.click(f"#schedule-{schedule.pk} button:has-text('Pause')")
         page.wait_for_selector(f"#schedule-{schedule.pk} .s-paused")
         assert Schedule.objects.get().paused
+        page.goto(f"{base}/triggers/?run={run.pk}")
+        page.check("#id_signed")
+        page.click("button:has-text('Make the trigger')")
+        assert page.inner_text("#trigger-url").startswith(f"{base}/hooks/")
+        assert violations(page) == []
