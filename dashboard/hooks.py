@@ -20,14 +20,15 @@ def answer(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"ok": status < 400, "message": message, **extra}, status=status)
 
 
-def _over_rate(trigger_id: int) -> bool:
+def _over_rate(token_hash: str) -> bool:
     """A fixed one-minute window per trigger, counted where the API's limit is (Redis when
-    there is one, so it holds across web processes)."""
+    there is one, so it holds across web processes); keyed by the token's hash, as the API's is
+    (an id is reused after a rollback, a hash never)."""
     limit = settings.SHIFTLOG["HOOK_RATE_PER_MINUTE"]
     if not limit:
         return False
     cache = caches["api"]
-    key = f"hook-rate:{trigger_id}"
+    key = f"hook-rate:{token_hash[:32]}"
     cache.add(key, 0, timeout=60)
     try:
         return cache.incr(key) > limit
@@ -42,7 +43,7 @@ def hook(request: HttpRequest, token: str) -> JsonResponse:
     trigger = triggers.find(token) if len(token) <= MAX_TOKEN_CHARS else None
     if trigger is None:
         return answer(404, "no such trigger (or it was revoked)")
-    if _over_rate(trigger.pk):
+    if _over_rate(trigger.token_hash):
         response = answer(429, "too many deliveries to this trigger: try again in a minute")
         response["Retry-After"] = "60"
         return response
