@@ -8,7 +8,18 @@ from django.utils.html import format_html
 
 from agents import inputs, policy, services
 from agents.eventlog import describe
-from agents.models import Approval, Artifact, Checkpoint, Event, Run, RunScript, Session
+from agents.models import (
+    Approval,
+    Artifact,
+    Checkpoint,
+    Event,
+    Run,
+    RunScript,
+    Schedule,
+    ScheduleEvent,
+    Session,
+    Trigger,
+)
 
 
 class SessionInline(admin.TabularInline):
@@ -252,3 +263,25 @@ class RunScriptAdmin(ReadOnlyAdmin):
     @admin.display(description="turns")
     def turns(self, row):
         return len(row.script.get("turns", [])) if isinstance(row.script, dict) else 0
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ReadOnlyAdmin):
+    """Shown only: schedules are made, paused and deleted through the pages and the CLI, which
+    record each change in the schedule's history."""
+
+    list_display = ("id", "template", "cron", "timezone", "overlap", "paused", "next_at")
+    list_filter = ("paused", "overlap")
+
+
+@admin.register(ScheduleEvent)
+class ScheduleEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "schedule", "kind", "actor", "created_at")
+    list_filter = ("kind",)
+
+
+@admin.register(Trigger)
+class TriggerAdmin(ReadOnlyAdmin):
+    # Never the secret, nor the token's hash.
+    exclude = ("secret", "token_hash")
+    list_display = ("id", "template", "token_prefix", "revoked_at", "last_delivery_at")

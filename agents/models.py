@@ -218,6 +218,15 @@ class Run(models.Model):
     # the run shows as stalled (None: the SHIFTLOG_EXTERNAL_HEARTBEAT_SECONDS default).
     last_contact_at = models.DateTimeField(null=True, blank=True)
     heartbeat_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Made by a schedule's tick or a trigger's delivery (agents/schedules.py, agents/triggers.py).
+    schedule = models.ForeignKey(
+        "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    trigger = models.ForeignKey(
+        "Trigger", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    # A paused run resumes at this time (`resume_run ID --at`); the scheduler's pass does it.
+    wake_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -658,3 +667,14 @@ class ExternalCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} call {self.tool_use_id} of run {self.run_id}"
+
+
+# Schedules and triggers live in their own module (size); importing it registers them here.
+from agents.schedule_models import (  # noqa: E402, F401
+    Overlap,
+    Schedule,
+    ScheduleEvent,
+    ScheduleEventKind,
+    Trigger,
+    TriggerDelivery,
+)

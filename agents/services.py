@@ -10,12 +10,14 @@ from __future__ import annotations
 import shutil
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from agents import check_settings as check_settings_module
 from agents import (
@@ -129,6 +131,7 @@ def create_run(
     toolchain: list[str] | None = None,
     check_settings: dict[str, Any] | None = None,
     heartbeat_seconds: int | None = None,
+    origin: dict[str, Any] | None = None,
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
@@ -320,6 +323,8 @@ def create_run(
                 "protected": sorted(run.protected),
                 "acceptance": [c["name"] for c in criteria],
                 "forked_from": _forked_from(forked_from) if forked_from else None,
+                # What made it, when not a person: {"template", "schedule" or "trigger"}.
+                **({"origin": origin} if origin else {}),
             },
             actor=actor or actor_for(created_by),
         )
@@ -433,7 +438,34 @@ def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Ru
         run = lifecycle.transition(
             run_id, RunStatus.QUEUED, actor=actor, reason=f"resumed by {actor}"
         )
+        Run.objects.filter(pk=run_id).update(wake_at=None)
         enqueue(run_id)
+    return run
+
+
+def wake_at(run_id: int, when: datetime, *, actor: str, now: datetime | None = None) -> Run:
+    """Have a paused run resume at `when` (the scheduler's pass does it: agents/schedules.py)."""
+    run = _get(run_id)
+    if run.status != RunStatus.PAUSED:
+        raise RunError(f"run {run_id} is {run.status}; only a paused run can be woken later")
+    if timezone.is_naive(when):
+        raise RunError("--at needs a time zone, e.g. 2026-05-01T09:00:00+00:00 or ...Z", "at")
+    if when <= (now or timezone.now()):
+        raise RunError(f"--at {when.isoformat()} is in the past", "at")
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(wake_at=when)
+        eventlog.append(run_id, EventKind.RUN_UPDATED, {"wake_at": when.isoformat()}, actor=actor)
+    run.refresh_from_db()
+    return run
+
+
+def cancel_wake(run_id: int, *, actor: str) -> Run:
+    run = _get(run_id)
+    with transaction.atomic():
+        if not Run.objects.filter(pk=run_id, wake_at__isnull=False).update(wake_at=None):
+            raise RunError(f"run {run_id} has no wake-up to cancel")
+        eventlog.append(run_id, EventKind.RUN_UPDATED, {"wake_at": None}, actor=actor)
+    run.refresh_from_db()
     return run
 
 

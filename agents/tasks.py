@@ -12,7 +12,7 @@ from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from agents import checkpoints, jobs, notifications, reaper, telemetry
+from agents import checkpoints, jobs, notifications, reaper, schedules, telemetry
 from agents.runtime.loop import drive
 
 # A requested rewind tries again this often while the run's worker finishes its step.
@@ -59,6 +59,13 @@ def export_trace(*, run_id: int) -> int | None:
 def reap_runs() -> list[int]:
     # The embedded `serve` also reaps every few seconds; this covers plain `run_huey` workers.
     return reaper.reap() if settings.SHIFTLOG["REAPER_INTERVAL_SECONDS"] else []
+
+
+@db_periodic_task(crontab(minute="*"))
+def fire_schedules() -> dict:
+    # Due schedule ticks and wake-ups; the embedded `serve` also runs this every few seconds.
+    # Each tick is claimed by a conditional UPDATE, so any number of processes may call it.
+    return schedules.tick()
 
 
 jobs.register(

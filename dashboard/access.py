@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from agents import approvals
-from agents.models import Approval, Run
+from agents.models import Approval, Run, Schedule, Trigger
 
 
 def sees_all(user) -> bool:
@@ -59,6 +59,15 @@ def get_controllable_run(user, run_id: int) -> Run:
     if not can_control(user, run):
         raise PermissionDenied("you may watch this run but not control it")
     return run
+
+
+def visible_schedules(user) -> QuerySet[Schedule]:
+    """Schedules of the runs the user may see (who may change one: `can_control` its run)."""
+    return Schedule.objects.filter(template__in=visible_runs(user))
+
+
+def visible_triggers(user) -> QuerySet[Trigger]:
+    return Trigger.objects.filter(template__in=visible_runs(user))
 
 
 def visible_approvals(user) -> QuerySet[Approval]:

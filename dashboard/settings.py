@@ -397,6 +397,9 @@ SHIFTLOG = {
     # The API: requests per minute per token, and the largest body (a workspace upload).
     "API_RATE_PER_MINUTE": int(env_number("SHIFTLOG_API_RATE_PER_MINUTE", 600)),
     "API_MAX_UPLOAD_MB": int(env_number("SHIFTLOG_API_MAX_UPLOAD_MB", 512)),
+    # Inbound webhooks (/hooks/<token>/): deliveries a minute per trigger, and the largest body.
+    "HOOK_RATE_PER_MINUTE": int(env_number("SHIFTLOG_HOOK_RATE_PER_MINUTE", 60)),
+    "HOOK_MAX_BODY_KB": int(env_number("SHIFTLOG_HOOK_MAX_BODY_KB", 1024)),
     # The longest a tool call's long-poll (?wait=) holds before answering "pending".
     "API_MAX_WAIT_SECONDS": env_number("SHIFTLOG_API_MAX_WAIT_SECONDS", 60.0, float),
     # An event stream is closed after this long; clients reconnect with Last-Event-ID.

@@ -12,7 +12,9 @@ from dashboard import (
     export_views,
     find_views,
     health,
+    hooks,
     overview_views,
+    schedule_views,
     timeline_views,
     views,
 )
@@ -84,6 +86,20 @@ urlpatterns = [
         views.artifact_download,
         name="artifact-download",
     ),
+    path("runs/<id:run_id>/schedule/", schedule_views.schedule_new, name="schedule-new"),
+    path("runs/<id:run_id>/wake/cancel", schedule_views.run_cancel_wake, name="run-cancel-wake"),
+    path("schedules/", schedule_views.schedules_page, name="schedules"),
+    *[
+        path(
+            f"schedules/<id:schedule_id>/{action}",
+            schedule_views.schedule_action,
+            {"action": action},
+            name=f"schedule-{action}",
+        )
+        for action in schedule_views.SCHEDULE_ACTIONS
+    ],
+    path("triggers/", schedule_views.triggers_page, name="triggers"),
+    path("triggers/<id:trigger_id>/revoke", schedule_views.trigger_revoke, name="trigger-revoke"),
     path("approvals/", views.approvals_inbox, name="approvals"),
     path("approvals/<id:approval_id>/decide", views.approval_decide, name="approval-decide"),
     path(
@@ -97,6 +113,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     # Browsers ask for /favicon.ico where a page names no icon (the admin's, a raw file).
     path("favicon.ico", RedirectView.as_view(url=static("shiftlog/favicon.svg"))),
+    path("hooks/<str:token>/", hooks.hook, name="hook"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),

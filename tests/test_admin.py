@@ -18,13 +18,32 @@ def admin_client(client):
 
 
 @pytest.mark.parametrize(
-    "model", ["run", "runscript", "session", "event", "checkpoint", "artifact", "approval"]
+    "model",
+    [
+        "run",
+        "runscript",
+        "session",
+        "event",
+        "checkpoint",
+        "artifact",
+        "approval",
+        "schedule",
+        "scheduleevent",
+        "trigger",
+    ],
 )
 def test_every_model_has_an_admin_page(admin_client, model):
-    drive_until_idle(
+    from agents import schedules, triggers
+
+    run = drive_until_idle(
         make_run(turns=[{"tool_calls": [{"name": "finish", "input": {"summary": "x"}}]}])
     )
+    schedules.create(run, "@daily", actor="t")
+    trigger, _ = triggers.create(run, secret="a-secret-of-20-chars")
     assert admin_client.get(f"/admin/agents/{model}/").status_code == 200
+    if model in ("schedule", "trigger"):
+        page = admin_client.get(f"/admin/agents/{model}/1/change/").content.decode()
+        assert "a-secret-of-20-chars" not in page and trigger.token_hash not in page
 
 
 def test_a_runs_script_is_shown_read_only_in_the_admin(admin_client):

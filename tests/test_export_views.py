@@ -146,6 +146,7 @@ def test_under_asgi_the_download_is_an_async_stream(run, owner):
 def test_an_artifact_download_streams_under_asgi_too(owner):
     """A FileResponse under ASGI would be read whole into memory: it is served chunk by chunk."""
     from asgiref.sync import async_to_sync
+
     from agents.blobstore import BlobStore
     from agents.models import Artifact
     from dashboard import streaming

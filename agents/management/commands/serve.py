@@ -12,6 +12,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agents import schedules
 from agents.management.base import fail
 from agents.reaper import reap
 
@@ -120,4 +121,8 @@ class Command(BaseCommand):
                 reap()
             except Exception as e:  # keep reaping; a locked database now is fine later
                 self.stderr.write(f"reaper: {e}")
+            try:
+                schedules.tick()  # due schedule ticks and wake-ups
+            except Exception as e:
+                self.stderr.write(f"schedules: {e}")
         time.sleep(0)

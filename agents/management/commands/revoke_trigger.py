@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from agents import triggers
+from agents.management.base import id_arg
+from agents.management.schedule_base import ScheduleCommand
+
+
+class Command(ScheduleCommand):
+    help = "Revoke a trigger: its URL answers 404 from now on."
+
+    def add_arguments(self, parser):
+        parser.add_argument("trigger_id", type=id_arg, metavar="ID")
+
+    def handle(self, *args, **o):
+        trigger = triggers.revoke(o["trigger_id"])
+        self.stdout.write(f"trigger {trigger.pk}: revoked")

@@ -1,0 +1,29 @@
+"""Shared pieces of the schedule and trigger commands."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.management.base import BaseCommand
+
+from agents import inputs, schedules
+from agents.management.base import fail
+
+
+def when(at: datetime | None, tz: str = "UTC") -> str:
+    """A tick in the schedule's own zone, with UTC beside it when that differs."""
+    if at is None:
+        return "never"
+    local = at.astimezone(schedules.zone(tz))
+    shown = local.isoformat(timespec="minutes")
+    return shown if tz == "UTC" else f"{shown} ({tz})"
+
+
+class ScheduleCommand(BaseCommand):
+    """A schedule or trigger command: bad input becomes a clean exit 2."""
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except inputs.InputError as e:
+            raise fail(str(e)) from None
