@@ -112,6 +112,9 @@ class RunOut(Schema):
     pending_approvals: int
     forked_from: dict[str, Any] | None
     url: str
+    schedule: int | None = None
+    trigger: int | None = None
+    wake_at: datetime | None = None
 
 
 class RunPage(Schema):
