@@ -34,6 +34,7 @@ from dashboard import access
 
 router = Router(tags=["external agents"])
 
+
 MAX_WAIT_SECONDS = 60
 POLL_SECONDS = 0.25
 

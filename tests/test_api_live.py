@@ -210,7 +210,10 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path):
     )
     auth = token(tmp_path, "fuzz", "read,write,decide")
     with serving(
-        tmp_path, SHIFTLOG_API_RATE_PER_MINUTE=1_000_000, SHIFTLOG_API_MAX_WAIT_SECONDS=0.5
+        tmp_path,
+        SHIFTLOG_API_RATE_PER_MINUTE=1_000_000,
+        SHIFTLOG_API_MAX_WAIT_SECONDS=0.5,
+        SHIFTLOG_API_STREAM_SECONDS=1,
     ) as base:
         argv = [
             sys.executable, "-m", "schemathesis.cli", "run", f"{base}/api/v1/openapi.json",
@@ -229,3 +232,35 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path):
     assert done.returncode == 0, report
     summary = report.split("SUMMARY")[-1]
     assert "Fuzzing" in summary and "failures" not in summary, report
+
+
+def test_a_slow_finish_holds_no_other_request(tmp_path):
+    """The checks an agent's finish runs (here 6 s) hold no other request: under ASGI each request
+    has its own thread for sync code (Django's ThreadSensitiveContext), and this keeps it so."""
+    user_with("agent", "decide_approval")
+    auth = token(tmp_path, "agent", "read,write")
+    with serving(tmp_path) as base:
+        agent = httpx.Client(
+            base_url=f"{base}/api/v1", headers={"Authorization": f"Bearer {auth}"}, timeout=60
+        )
+        run_id = agent.post(
+            "/runs", json={"goal": "wait", "checks": ["sleep 6"], "provider": "external"}
+        ).json()["id"]
+        agent.get(f"/runs/{run_id}/context")
+        finished = []
+        slow = threading.Thread(
+            target=lambda: finished.append(
+                agent.post(f"/runs/{run_id}/finish", json={"summary": "s"})
+            )
+        )
+        slow.start()
+        time.sleep(1.5)  # the checks are running
+        started = time.monotonic()
+        for _ in range(3):
+            assert agent.get(f"/runs/{run_id}").status_code == 200
+            assert httpx.get(f"{base}/accounts/login/").status_code == 200
+        quick = time.monotonic() - started
+        assert not finished, "the checks should still be running"
+        slow.join(timeout=60)
+    assert quick < 3, f"six requests took {quick:.1f} s while the checks ran"
+    assert finished[0].json()["passed"] is True
