@@ -142,6 +142,8 @@ class Run(models.Model):
     acceptance = models.JSONField(default=list, blank=True)
     provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SCRIPTED)
     model = models.CharField(max_length=100)
+    # Runs of one project share its project memory (agents/memory.py); blank: none.
+    project = models.CharField(max_length=100, blank=True, db_index=True)
     # The scripted provider's script lives in RunScript, copied in at creation so the run can
     # always be replayed.
     script_name = models.CharField(max_length=200, blank=True)
@@ -339,6 +341,8 @@ class Session(models.Model):
     # Input tokens of the latest request: how full the context window is now.
     last_input_tokens = models.PositiveBigIntegerField(default=0)
     handoff = models.JSONField(null=True, blank=True)
+    # What its first message was built from: {part: {"text", "tokens", "estimated"}}.
+    wake_up = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [
@@ -379,6 +383,9 @@ class EventKind(models.TextChoices):
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
     NOTIFICATION_FAILED = "notification.failed"
+    MEMORY_SAVED = "memory.saved"
+    MEMORY_CHANGED = "memory.changed"
+    MEMORY_DELETED = "memory.deleted"
     ERROR = "error"
 
 
@@ -658,3 +665,24 @@ class ExternalCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} call {self.tool_use_id} of run {self.run_id}"
+
+
+class ProjectMemory(models.Model):
+    """An entry of a project's memory: what every later run of the project is told at wake-up.
+    Each change is also an event on the run it was made through (agents/memory.py)."""
+
+    project = models.CharField(max_length=100)
+    key = models.CharField(max_length=100)
+    text = models.TextField()
+    pinned = models.BooleanField(default=False)
+    source_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
+    updated_by = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "key"], name="project_memory_key_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project}: {self.key}"
