@@ -258,10 +258,8 @@ def recall(run: Run, query: str) -> sandbox.ToolResult:
     scored = []
     for entry in entries(run):
         hay = f"{entry.key}\n{entry.text}".lower()
-        if query == "*" or query in hay:
-            score = len(words) + 1
-        else:
-            score = sum(w in hay for w in words)
+        whole = query == "*" or query in hay
+        score = len(words) + 1 if whole else sum(w in hay for w in words)
         if score:
             scored.append((score, entry))
     scored.sort(key=lambda pair: (-pair[0], not pair[1].pinned, -pair[1].uses, -pair[1].at))

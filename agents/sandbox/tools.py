@@ -238,7 +238,7 @@ TOOL_SCHEMAS: list[dict] = [
             "required": ["key", "text"],
             "additionalProperties": False,
         },
-    },  # fmt: skip
+    },
     {
         "name": "recall",
         "description": (
@@ -259,7 +259,7 @@ TOOL_SCHEMAS: list[dict] = [
             "required": ["query"],
             "additionalProperties": False,
         },
-    },  # fmt: skip
+    },
     {
         "name": "handoff",
         "description": (
