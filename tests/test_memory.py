@@ -235,3 +235,46 @@ def test_the_most_recalled_entries_come_first(db):
     assert [e.key for e in memory.ranked(memory.run_entries(run.pk))] == ["old", "new"]
     assert memory.recall(run, "nothing-like-it").output.startswith("Nothing in memory")
     assert memory.recall(run, "*").data["memory_hits"] == ["run:old", "run:new"]
+
+
+def cli(*args: str) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_cli_reads_edits_pins_and_forgets_memory_and_the_audit_log_shows_it(db):
+    import json
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import CommandError
+
+    get_user_model().objects.create_user("dana")
+    out = cli("create_run", "--goal", "g", "--check", "true", "--project", "shop", "--json")
+    run_id = str(json.loads(out)["id"])
+    assert "saved" in cli("remember", run_id, "deps", "make deps first", "--user", "dana")
+    cli("remember", run_id, "deps", "--pin", "--user", "dana")
+    cli("remember", run_id, "deps", "--promote", "--user", "dana")
+    cli("remember", run_id, "style", "tabs", "--project", "--user", "dana")
+    listing = cli("memory", run_id)
+    assert "Memory of run" in listing and "(project shop)" in listing
+    assert "[run, pinned] deps: make deps first" in listing
+    assert "[project] style: tabs" in listing
+    data = json.loads(cli("memory", run_id, "--json"))
+    assert [(e["scope"], e["key"]) for e in data["entries"]] == [
+        ("run", "deps"),
+        ("project", "style"),
+    ]
+    assert "deleted" in cli("forget", run_id, "style", "--project", "--user", "dana")
+    assert not ProjectMemory.objects.filter(key="style").exists()
+    with pytest.raises(CommandError, match="no run memory entry 'nope'"):
+        cli("forget", run_id, "nope")
+    audit = cli("audit_log", "--run", run_id)
+    assert "user:dana memory.saved: run memory saved deps: make deps first" in audit
+    assert "memory.changed: run memory changed deps (pinned)" in audit
+    assert "memory.changed: project 'shop' memory changed deps: make deps first" in audit
+    assert "memory.deleted: project 'shop' memory deleted style" in audit
