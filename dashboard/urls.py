@@ -12,6 +12,7 @@ from dashboard import (
     export_views,
     find_views,
     health,
+    memory_views,
     overview_views,
     timeline_views,
     views,
@@ -57,6 +58,13 @@ urlpatterns = [
     path("runs/<id:run_id>/first-failure", find_views.first_failure, name="run-first-failure"),
     path("runs/<id:run_id>/note", views.run_note, name="run-note"),
     path("runs/<id:run_id>/policy", views.run_policy, name="run-policy"),
+    path("runs/<id:run_id>/memory", memory_views.run_memory, name="run-memory"),
+    path("runs/<id:run_id>/memory/change", memory_views.memory_change, name="memory-change"),
+    path(
+        "runs/<id:run_id>/sessions/<id:index>/wake-up",
+        memory_views.wake_up,
+        name="session-wake-up",
+    ),
     path("runs/<id:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),
     *[
         path(
