@@ -278,3 +278,34 @@ def test_the_cli_reads_edits_pins_and_forgets_memory_and_the_audit_log_shows_it(
     assert "memory.changed: run memory changed deps (pinned)" in audit
     assert "memory.changed: project 'shop' memory changed deps: make deps first" in audit
     assert "memory.deleted: project 'shop' memory deleted style" in audit
+
+
+def test_the_memory_script_carries_memory_across_a_session_and_into_a_second_run(db):
+    from agents.providers.scripted import builtin_script
+
+    def memory_run():
+        return drive_until_idle(
+            make_run(script=builtin_script("memory"), checks=["test -f notes.txt"], project="demo")
+        )
+
+    first = memory_run()
+    assert first.status == "succeeded", first.status_reason
+    hits = [
+        p["data"]["memory_hits"]
+        for p in Event.objects.filter(run=first, kind=EventKind.TOOL_RESULT, payload__name="recall")
+        .order_by("seq")
+        .values_list("payload", flat=True)
+    ]
+    assert hits == [[], ["run:checks"]]  # nothing known at first; after the handoff, it is
+    assert "checks" in Session.objects.get(run=first, index=2).wake_up["memory"]["text"]
+
+    second = memory_run()
+    assert second.status == "succeeded", second.status_reason
+    woke = Session.objects.get(run=second, index=1).wake_up["memory"]["text"]
+    assert "- [project] checks: The done-condition is `test -f notes.txt`" in woke
+    first_recall = (
+        Event.objects.filter(run=second, kind=EventKind.TOOL_RESULT, payload__name="recall")
+        .order_by("seq")
+        .first()
+    )
+    assert first_recall.payload["data"]["memory_hits"] == ["project:checks"]
