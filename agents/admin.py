@@ -8,7 +8,16 @@ from django.utils.html import format_html
 
 from agents import inputs, policy, services
 from agents.eventlog import describe
-from agents.models import Approval, Artifact, Checkpoint, Event, Run, RunScript, Session
+from agents.models import (
+    Approval,
+    Artifact,
+    Checkpoint,
+    Event,
+    ProjectMemory,
+    Run,
+    RunScript,
+    Session,
+)
 
 
 class SessionInline(admin.TabularInline):
@@ -252,3 +261,12 @@ class RunScriptAdmin(ReadOnlyAdmin):
     @admin.display(description="turns")
     def turns(self, row):
         return len(row.script.get("turns", [])) if isinstance(row.script, dict) else 0
+
+
+@admin.register(ProjectMemory)
+class ProjectMemoryAdmin(ReadOnlyAdmin):
+    """Shown only: a change goes through a run's page or the CLI, so it is an event naming who."""
+
+    list_display = ("project", "key", "pinned", "source_run", "updated_by", "updated_at")
+    list_filter = ("project", "pinned")
+    search_fields = ("project", "key", "text")
