@@ -25,7 +25,7 @@ pytestmark = [
 ]
 
 
-def test_the_wake_up_inspector_and_editing_a_memory_entry(pages, eve, tmp_path):
+def test_the_wake_up_inspector_and_editing_a_memory_entry(pages, eve, tmp_path, shots):
     # Driven to its end here, before the server starts: its workers have nothing to pick up.
     run = drive_until_idle(
         make_run(
@@ -55,6 +55,7 @@ def test_the_wake_up_inspector_and_editing_a_memory_entry(pages, eve, tmp_path):
         assert "deps: run make deps first" in memory_part.inner_text()
         assert "half way there" in page.inner_text("#wake-up-handoff .wake-up-diff")
         assert "unchanged" in page.inner_text("#wake-up-goal")
+        page.locator("#wake-up-view").screenshot(path=str(shots / "wake-up.png"))
 
         # A person edits the entry from the Memory panel.
         entry = page.locator("#memory .memory-entry[data-key='deps']")
@@ -67,6 +68,7 @@ def test_the_wake_up_inspector_and_editing_a_memory_entry(pages, eve, tmp_path):
             ".includes('then make test')",
         )
         # (The notice may already be gone: the event's push re-renders the panel live.)
+        page.locator("#memory").screenshot(path=str(shots / "memory.png"))
         assert "last changed by user:eve" in page.inner_text("#memory")
     changed = Event.objects.get(run=run, kind=EventKind.MEMORY_CHANGED)
     assert changed.actor == "user:eve"
