@@ -106,7 +106,7 @@ def _fold(rows: list[tuple]) -> tuple[dict[str, Entry], Counter]:
             entries.pop(key, None)
             continue
         entry = entries.get(key)
-        if kind == EventKind.MEMORY_SAVED or entry is None:
+        if entry is None:  # saving again under a key keeps its pin
             entry = entries[key] = Entry(RUN, key, p.get("text", ""))
         if "text" in p:
             entry.text = p["text"]

@@ -309,3 +309,15 @@ def test_the_memory_script_carries_memory_across_a_session_and_into_a_second_run
         .first()
     )
     assert first_recall.payload["data"]["memory_hits"] == ["project:checks"]
+
+
+def test_saving_again_under_a_key_replaces_its_text_and_keeps_its_pin(db):
+    run = make_run(turns=[finish_turn()])
+    memory.set_entry(run.pk, "k", text="one", actor="user:x")
+    memory.set_entry(run.pk, "k", pinned=True, actor="user:x")
+    result, events = memory.remember(run, {"key": "k", "text": "two"}, actor="agent")
+    from agents import eventlog
+
+    eventlog.append(run.pk, events[0].kind, events[0].payload, actor="agent")
+    (entry,) = memory.run_entries(run.pk)
+    assert (entry.text, entry.pinned, entry.by) == ("two", True, "agent")
