@@ -315,7 +315,7 @@ def test_saving_again_under_a_key_replaces_its_text_and_keeps_its_pin(db):
     run = make_run(turns=[finish_turn()])
     memory.set_entry(run.pk, "k", text="one", actor="user:x")
     memory.set_entry(run.pk, "k", pinned=True, actor="user:x")
-    result, events = memory.remember(run, {"key": "k", "text": "two"}, actor="agent")
+    _, events = memory.remember(run, {"key": "k", "text": "two"}, actor="agent")
     from agents import eventlog
 
     eventlog.append(run.pk, events[0].kind, events[0].payload, actor="agent")
