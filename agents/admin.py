@@ -13,6 +13,7 @@ from agents.models import (
     Artifact,
     Checkpoint,
     Event,
+    ProjectMemory,
     Run,
     RunScript,
     Schedule,
@@ -285,3 +286,12 @@ class TriggerAdmin(ReadOnlyAdmin):
     # Never the secret, nor the token's hash.
     exclude = ("secret", "token_hash")
     list_display = ("id", "template", "token_prefix", "revoked_at", "last_delivery_at")
+
+
+@admin.register(ProjectMemory)
+class ProjectMemoryAdmin(ReadOnlyAdmin):
+    """Shown only: a change goes through a run's page or the CLI, so it is an event naming who."""
+
+    list_display = ("project", "key", "pinned", "source_run", "updated_by", "updated_at")
+    list_filter = ("project", "pinned")
+    search_fields = ("project", "key", "text")

@@ -455,6 +455,7 @@ def fork(
         provider=source.provider,
         script=script,
         script_name=source.script_name,
+        project=source.project,
         model=source.model,
         budgets=services.Budgets(
             max_sessions=source.max_sessions,

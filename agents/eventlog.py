@@ -348,6 +348,13 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
             f"webhook {p.get('event')} to {p.get('url')} failed after {p.get('attempts')} "
             f"attempt(s): {_short(p.get('error', ''), 80)}"
         )
+    if kind in {"memory.saved", "memory.changed", "memory.deleted"}:
+        where = f"project {p.get('project_name')!r}" if p.get("scope") == "project" else "run"
+        what = {"memory.saved": "saved", "memory.changed": "changed", "memory.deleted": "deleted"}
+        text = f": {_short(p['text'], 80)}" if "text" in p else ""
+        pin = {True: " (pinned)", False: " (unpinned)"}.get(p.get("pinned"), "")
+        shared = " (and for the project)" if p.get("project") else ""
+        return f"{where} memory {what[kind]} {p.get('key')}{pin}{shared}{text}"
     if kind == "artifact.saved":
         return f"{p.get('name')} ({p.get('kind')}, {p.get('size')} bytes)"
     return _short(p)

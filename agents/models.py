@@ -142,6 +142,8 @@ class Run(models.Model):
     acceptance = models.JSONField(default=list, blank=True)
     provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SCRIPTED)
     model = models.CharField(max_length=100)
+    # Runs of one project share its project memory (agents/memory.py); blank: none.
+    project = models.CharField(max_length=100, blank=True, db_index=True)
     # The scripted provider's script lives in RunScript, copied in at creation so the run can
     # always be replayed.
     script_name = models.CharField(max_length=200, blank=True)
@@ -348,6 +350,8 @@ class Session(models.Model):
     # Input tokens of the latest request: how full the context window is now.
     last_input_tokens = models.PositiveBigIntegerField(default=0)
     handoff = models.JSONField(null=True, blank=True)
+    # What its first message was built from: {part: {"text", "tokens", "estimated"}}.
+    wake_up = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [
@@ -388,6 +392,9 @@ class EventKind(models.TextChoices):
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
     NOTIFICATION_FAILED = "notification.failed"
+    MEMORY_SAVED = "memory.saved"
+    MEMORY_CHANGED = "memory.changed"
+    MEMORY_DELETED = "memory.deleted"
     ERROR = "error"
 
 
@@ -669,7 +676,9 @@ class ExternalCall(models.Model):
         return f"{self.tool} call {self.tool_use_id} of run {self.run_id}"
 
 
-# Schedules and triggers live in their own module (size); importing it registers them here.
+# Project memory and schedules live in modules of their own (size); importing them here
+# registers their models with the app.
+from agents.memory_models import ProjectMemory  # noqa: E402, F401
 from agents.schedule_models import (  # noqa: E402, F401
     Overlap,
     Schedule,

@@ -255,6 +255,7 @@ def run_from_template(
         protected_action=template.protected_action,
         acceptance=[{"name": c["name"], "check": c.get("check")} for c in template.acceptance],
         heartbeat_seconds=template.heartbeat_seconds if template.is_external else None,
+        project=template.project,  # the tenth scheduled run knows what the first learned
         created_by=created_by,
         actor=actor,
         origin={"template": template.pk, **{k: v.pk for k, v in origin.items()}},

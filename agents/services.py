@@ -132,6 +132,7 @@ def create_run(
     check_settings: dict[str, Any] | None = None,
     heartbeat_seconds: int | None = None,
     origin: dict[str, Any] | None = None,
+    project: str = "",
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
@@ -150,6 +151,9 @@ def create_run(
     if len(checks) > MAX_CHECKS:
         raise RunError(f"a run has at most {MAX_CHECKS} checks", "checks")
     rubric = inputs.text(rubric, what="the rubric", required=False, field="rubric")
+    project = inputs.text(
+        project, what="the project", max_length=100, required=False, field="project"
+    )
     judge_model = inputs.text(
         judge_model, what="the judge's model", max_length=100, required=False, field="judge_model"
     )
@@ -258,6 +262,7 @@ def create_run(
             provider=provider,
             model=model,
             script_name=script_name,
+            project=project,
             heartbeat_seconds=heartbeat_seconds,
             created_by=created_by,
             tool_policy=tool_policy,
@@ -314,6 +319,7 @@ def create_run(
                 "provider": provider,
                 "model": model,
                 "script_name": script_name,
+                **({"project": project} if project else {}),
                 "budgets": {k: str(v) for k, v in fields.items()},
                 "workspace_from": str(source) if source else None,
                 "tool_policy": tool_policy,

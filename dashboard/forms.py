@@ -201,6 +201,11 @@ class NewRunForm(forms.Form):
     judge_model = forms.CharField(
         required=False, max_length=100, help_text="Empty: the run's own model."
     )
+    project = forms.CharField(
+        required=False,
+        max_length=100,
+        help_text="Runs of one project share its memory: what one learned, the next is told.",
+    )
     criteria = forms.CharField(
         required=False,
         max_length=inputs.MAX_TEXT,
@@ -260,6 +265,7 @@ class NewRunForm(forms.Form):
             "webhook_urls": "\n".join(run.webhook_urls),
             "rubric": run.rubric,
             "judge_model": run.judge_model,
+            "project": run.project,
             "criteria": "\n".join(
                 c["name"] + (f"={c['check']}" if c.get("check") else "") for c in run.acceptance
             ),

@@ -1,4 +1,4 @@
-"""The run page's panels (header, meters, sessions, checkpoints, artifacts): what each needs and
+"""The run page's panels (header, meters, sessions, memory, checkpoints, artifacts): what each needs and
 their rendering. The page, an htmx swap and a socket's push all go through here, so a panel looks
 the same however it arrives; a push re-renders only the panels its events change."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 
+from agents import memory
 from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session, in_ranges
 from dashboard import access, cards, stream
 
-PANELS = ("run-header", "meters", "sessions", "checkpoints", "artifacts")
+PANELS = ("run-header", "meters", "sessions", "memory", "checkpoints", "artifacts")
 # Inside the header: the status, the provider and an external agent's last contact. Sent alone
 # for events that change only it (an external agent's turn is a contact); never with the header,
 # which holds it.
@@ -35,6 +36,9 @@ PANELS_BY_KIND = {
     "run.rewind_requested": {"run-header"},
     "run.rewound": set(PANELS),
     "run.forked": {"checkpoints"},
+    "memory.saved": {"memory"},
+    "memory.changed": {"memory"},
+    "memory.deleted": {"memory"},
 }
 
 
@@ -83,12 +87,16 @@ def context(
     out: dict = {"run": run, "rights": rights}
     if "meters" in panels or "sessions" in panels:
         if "sessions" in panels:
-            sessions, hidden = first_n(Session.objects.filter(run=run).order_by("-index"), limit)
+            sessions, hidden = first_n(
+                Session.objects.filter(run=run).defer("wake_up").order_by("-index"), limit
+            )
             total = len(sessions[:limit]) + hidden
             out.update({"sessions": sessions[:limit][::-1], "sessions_hidden": hidden})
         else:
             total = Session.objects.filter(run=run).count()
         out["meters"] = meters(run, total)
+    if "memory" in panels:
+        out["memory_entries"] = memory.ranked(memory.entries(run))
     if "checkpoints" in panels:
         out["abandoned_ranges"] = Event.objects.abandoned_ranges(run.pk)
         items, hidden = first_n(

@@ -392,6 +392,9 @@ SHIFTLOG = {
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),
     "MAX_INPUT_TOKENS_PER_SESSION": int(env_number("SHIFTLOG_MAX_INPUT_TOKENS", 150_000)),
+    # How much memory (estimated tokens) a session's first message carries; the rest is listed
+    # by key (agents/memory.py).
+    "MEMORY_WAKE_TOKENS": int(env_number("SHIFTLOG_MEMORY_WAKE_TOKENS", 2000)),
     # External runs: an agent silent for this long shows as stalled (each run may set its own).
     "EXTERNAL_HEARTBEAT_SECONDS": int(env_number("SHIFTLOG_EXTERNAL_HEARTBEAT_SECONDS", 300)),
     # The API: requests per minute per token, and the largest body (a workspace upload).

@@ -13,6 +13,7 @@ from dashboard import (
     find_views,
     health,
     hooks,
+    memory_views,
     overview_views,
     schedule_views,
     timeline_views,
@@ -59,6 +60,13 @@ urlpatterns = [
     path("runs/<id:run_id>/first-failure", find_views.first_failure, name="run-first-failure"),
     path("runs/<id:run_id>/note", views.run_note, name="run-note"),
     path("runs/<id:run_id>/policy", views.run_policy, name="run-policy"),
+    path("runs/<id:run_id>/memory", memory_views.run_memory, name="run-memory"),
+    path("runs/<id:run_id>/memory/change", memory_views.memory_change, name="memory-change"),
+    path(
+        "runs/<id:run_id>/sessions/<id:index>/wake-up",
+        memory_views.wake_up,
+        name="session-wake-up",
+    ),
     path("runs/<id:run_id>/checkpoint", checkpoint_views.checkpoint_now, name="checkpoint-now"),
     *[
         path(

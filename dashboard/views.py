@@ -140,6 +140,7 @@ def new_run(request: HttpRequest) -> HttpResponse:
                 protected_paths=data["protect"],
                 protected_action=data["protect_action"],
                 heartbeat_seconds=data["heartbeat_seconds"],
+                project=data["project"],
                 created_by=request.user,
             )
         except services.RunError as e:

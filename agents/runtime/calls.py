@@ -3,16 +3,17 @@
 A call's `tool.call` event is committed before the tool runs and its `tool.result` after, so a
 worker that dies mid-tool leaves a call without a result: the next slice closes it as interrupted
 (`recover`) instead of running it again. Workspace tools run in the sandbox; the harness tools
-(save_artifact, handoff, finish) are the harness's own.
+(save_artifact, handoff, finish, remember, recall) are the harness's own.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 
-from agents import checkpoints, sandbox
+from agents import checkpoints, memory, sandbox
 from agents.eventlog import NewEvent
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime.conversation import INTERRUPTED
@@ -102,6 +103,11 @@ class Calls:
                     )
         elif name == "save_artifact":
             s.record_result(block, self._save_artifact(tool_input))
+        elif name == "remember":
+            result, events = memory.remember(s.run, tool_input, actor="agent")
+            s.record_result(block, result, *(replace(e, session_id=s.session_id) for e in events))
+        elif name == "recall":
+            s.record_result(block, memory.recall(s.run, tool_input["query"]))
         elif name == "handoff":
             self.sessions.hand_off(
                 {

@@ -68,7 +68,54 @@ def handoff_markdown(handoff: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def first_message(
+# The parts a first message is built from, in the order they appear (the wake-up record).
+WAKE_UP_PARTS = (
+    "goal",
+    "done_conditions",
+    "review_criteria",
+    "acceptance",
+    "session",
+    "handoff",
+    "checks",
+    "memory",
+    "changed_by_people",
+    "rewind_note",
+    "notes",
+    "workspace",
+)
+# Tokens are estimated at 4 characters a token: no provider here has a tokenizer that works
+# offline (Anthropic's counts tokens over the network), so every count says it is an estimate.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def first_message(**kwargs: Any) -> str:
+    return assemble(wake_up_parts(**kwargs))
+
+
+def assemble(parts: dict[str, str]) -> str:
+    """The first message from its parts: sections a blank line apart; a person's notes go
+    under the rewind note's heading when there is one."""
+    out = ""
+    for name, text in parts.items():
+        if out:
+            out += "\n" if name == "notes" and "rewind_note" in parts else "\n\n"
+        out += text
+    return out
+
+
+def wake_up_record(parts: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """What a session knew at wake-up: each part's text and its size (estimated)."""
+    return {
+        name: {"text": text, "tokens": estimate_tokens(text), "estimated": True}
+        for name, text in parts.items()
+    }
+
+
+def wake_up_parts(
     *,
     goal: str,
     checks: list[str],
@@ -81,15 +128,21 @@ def first_message(
     listing: str,
     notes: list[str] | None = None,
     acceptance: list[dict[str, Any]] | None = None,
-) -> str:
-    parts = [f"# Goal\n{goal}"]
+    rewind_note: str = "",
+    memory: str = "",
+    changed_by_people: list[str] | None = None,
+) -> dict[str, str]:
+    """The first message's sections by name (WAKE_UP_PARTS), those that apply, in order."""
+    parts = {"goal": f"# Goal\n{goal}"}
     check_lines = "\n".join(f"- `{c}`" for c in checks) or "- (none)"
-    parts.append(
+    parts["done_conditions"] = (
         "# Done-conditions (run by the harness when you call `finish`; all must pass)\n"
         + check_lines
     )
     if rubric:
-        parts.append(f"# Review criteria (an independent judge checks these)\n{rubric}")
+        parts["review_criteria"] = (
+            f"# Review criteria (an independent judge checks these)\n{rubric}"
+        )
     if acceptance:
         lines = [
             f"- [{'x' if c['passing'] else ' '}] {c['name']}"
@@ -97,19 +150,19 @@ def first_message(
             for c in acceptance
         ]
         passing = sum(c["passing"] for c in acceptance)
-        parts.append(
+        parts["acceptance"] = (
             f"# Acceptance criteria ({passing} of {len(acceptance)} passing; only the harness marks one passing)\n"
             + "\n".join(lines)
         )
     of = f" of at most {max_sessions}" if max_sessions else ""
-    parts.append(
+    parts["session"] = (
         f"# This session\nSession {session_index}{of}; up to {max_turns} turns before you are "
         "asked to hand off."
     )
     if handoff:
-        parts.append(f"# Handoff from the previous session\n{format_handoff(handoff)}")
+        parts["handoff"] = f"# Handoff from the previous session\n{format_handoff(handoff)}"
     elif session_index == 1:
-        parts.append("# Handoff\nThis is the first session: nothing has been done yet.")
+        parts["handoff"] = "# Handoff\nThis is the first session: nothing has been done yet."
     if check_results:
         lines = []
         for r in check_results:
@@ -119,8 +172,19 @@ def first_message(
                 f"- `{r['command']}`: {state}"
                 + (f"\n```\n{tail}\n```" if tail and not r["passed"] else "")
             )
-        parts.append("# Latest check results\n" + "\n".join(lines))
+        parts["checks"] = "# Latest check results\n" + "\n".join(lines)
+    if memory:
+        parts["memory"] = memory
+    if changed_by_people:
+        parts["changed_by_people"] = (
+            "# Memory changed by people since your last session\n"
+            + "\n".join(f"- {line}" for line in changed_by_people)
+        )
+    heading = "# Notes from people\n"
+    if rewind_note:
+        parts["rewind_note"] = heading + f"- {rewind_note}"
     if notes:
-        parts.append("# Notes from people\n" + "\n".join(f"- {n}" for n in notes))
-    parts.append(f"# Workspace\n{listing or '(empty)'}")
-    return "\n\n".join(parts)
+        items = "\n".join(f"- {n}" for n in notes)
+        parts["notes"] = items if rewind_note else heading + items
+    parts["workspace"] = f"# Workspace\n{listing or '(empty)'}"
+    return parts

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from django.db import transaction
 from django.utils import timezone
 
-from agents import checkpoints, done_conditions, eventlog, verification
+from agents import checkpoints, done_conditions, eventlog, memory, verification
 from agents.models import (
     Approval,
     ArtifactKind,
@@ -71,14 +71,15 @@ class Sessions:
         handoff = previous.handoff if previous else None
         resume = run.resume
         fresh_resume = resume is not None and not resume.consumed
+        rewind_note = ""
         if fresh_resume:
             # After a rewind or a fork: start from the checkpoint's state plus the person's note.
             handoff = resume.handoff
             if resume.note:
-                notes.insert(
-                    0, f"(with the rewind to checkpoint {resume.checkpoint_id}) {resume.note}"
+                rewind_note = (
+                    f"(with the rewind to checkpoint {resume.checkpoint_id}) {resume.note}"
                 )
-        message = prompts.first_message(
+        parts = prompts.wake_up_parts(
             goal=run.goal,
             checks=run.checks,
             rubric=run.rubric,
@@ -90,9 +91,17 @@ class Sessions:
             listing=s.workspace.listing(),
             notes=notes,
             acceptance=run.acceptance,
+            rewind_note=rewind_note,
+            memory=memory.wake_up_section(run)[0],
+            changed_by_people=memory.changes_by_people(
+                s.run_id, previous.first_seq if previous else 0
+            ),
         )
+        message = prompts.assemble(parts)
         with transaction.atomic():
-            session = Session.objects.create(run_id=s.run_id, index=index)
+            session = Session.objects.create(
+                run_id=s.run_id, index=index, wake_up=prompts.wake_up_record(parts)
+            )
             appended = eventlog.append_many(
                 s.run_id,
                 [

@@ -206,6 +206,61 @@ TOOL_SCHEMAS: list[dict] = [
         },
     },
     {
+        "name": "remember",
+        "description": (
+            "Save something worth knowing later under a short key: a fact about the project, a "
+            "command that works, a pitfall (e.g. key 'tests', text 'run make deps before the "
+            "tests'). Every later session is told the run's memory when it starts; with project "
+            "true, every later run of this run's project is told it too. Saving under a key "
+            "that exists replaces its text."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 100,
+                    "description": "A short name for the entry.",
+                },
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 4000,
+                    "description": "What to remember, self-contained.",
+                },
+                "project": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Also share it with later runs of the project.",
+                },
+            },
+            "required": ["key", "text"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "recall",
+        "description": (
+            "Search the run's and the project's memory (case-insensitive, by words of the key "
+            "or text); '*' lists everything. Use it for entries your first message listed as "
+            "left out."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 500,
+                    "description": "Words to look for, or '*'.",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    },
+    {
         "name": "handoff",
         "description": (
             "End this shift and hand the work over to the next shift, which starts with a "
@@ -261,7 +316,7 @@ TOOL_SCHEMAS: list[dict] = [
 ]
 
 WORKSPACE_TOOLS = frozenset({"bash", "read_file", "write_file", "edit_file", "list_files"})
-HARNESS_TOOLS = frozenset({"save_artifact", "handoff", "finish"})
+HARNESS_TOOLS = frozenset({"save_artifact", "handoff", "finish", "remember", "recall"})
 
 _SCHEMAS = {tool["name"]: tool["input_schema"] for tool in TOOL_SCHEMAS}
 TOOL_NAMES = frozenset(_SCHEMAS)

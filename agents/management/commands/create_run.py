@@ -116,6 +116,11 @@ class Command(BaseCommand):
             metavar="FILE",
             help="build a virtualenv with these requirements for the commands and checks",
         )
+        parser.add_argument(
+            "--project",
+            default="",
+            help="a project name: runs of one project share its memory (see `memory`)",
+        )
         parser.add_argument("--user", help="the run's owner (recorded in the log)")
         parser.add_argument("--json", action="store_true")
 
@@ -179,6 +184,7 @@ class Command(BaseCommand):
                 requirements=o["env_requirements"],
                 approval_timeout_seconds=o["approval_timeout"],
                 heartbeat_seconds=o["heartbeat_seconds"],
+                project=o["project"],
                 created_by=user,
             )
         except RunError as e:

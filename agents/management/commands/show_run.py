@@ -22,6 +22,7 @@ def run_summary(run) -> dict:
             "output_tokens": s.output_tokens,
             "cost_usd": str(s.cost_usd),
             "handoff": s.handoff,
+            "wake_up": s.wake_up,
         }
         for s in run.sessions.order_by("index")
     ]
@@ -31,6 +32,7 @@ def run_summary(run) -> dict:
         "status": run.status,
         "reason": run.status_reason,
         "provider": run.provider,
+        "project": run.project,
         "offline": run.is_offline,
         "external": run.is_external,
         "last_contact_at": run.last_contact_at.isoformat() if run.last_contact_at else None,
@@ -135,6 +137,8 @@ class Command(RunCommand):
             + (f" — {data['reason']}" if data["reason"] else "")
         )
         w(f"  goal:      {data['goal']}")
+        if data["project"]:
+            w(f"  project:   {data['project']}")
         label = {"scripted": " (offline)", "external": " (an agent driving it through the API)"}
         label = label.get(data["provider"], "")
         w(
@@ -168,6 +172,10 @@ class Command(RunCommand):
                 else s["status"]
             )
             w(f"  session {s['index']}: {state}, {s['turns']} turns")
+            if s["wake_up"]:
+                sizes = ", ".join(f"{k} {v['tokens']}" for k, v in s["wake_up"].items())
+                total = sum(v["tokens"] for v in s["wake_up"].values())
+                w(f"    wake-up: ≈ {total} tokens (estimate): {sizes}")
             if s["handoff"]:
                 w(f"    handoff: {s['handoff'].get('summary', '')}")
         if data["acceptance"]:
