@@ -15,7 +15,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import JsonResponse
 from ninja import NinjaAPI
 
-from api import agent_harness, automation, decisions, errors, history, runs
+from api import agent_harness, automation, decisions, errors, history, knowledge, runs
 from api.auth import Bearer, PerToken
 from api.schemas import Problem
 
@@ -96,3 +96,4 @@ api.add_router("", history.router)
 api.add_router("", decisions.router)
 api.add_router("", agent_harness.router)
 api.add_router("", automation.router)
+api.add_router("", knowledge.router)

@@ -68,6 +68,7 @@ def run(r: Run, counts: dict[str, int] | None = None) -> dict[str, Any]:
         if r.forked_from_id
         else None,
         "url": r.get_absolute_url(),
+        "project": r.project,
         "schedule": r.schedule_id,
         "trigger": r.trigger_id,
         "wake_at": r.wake_at,

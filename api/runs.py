@@ -91,6 +91,7 @@ def create_run(request, body: RunCreate):
         limits=body.limits.model_dump(exclude_none=True) if body.limits else None,
         allowed_hosts=body.allowed_hosts,
         heartbeat_seconds=body.heartbeat_seconds,
+        project=body.project,
         created_by=request.user,
         actor=actor(request),
     )

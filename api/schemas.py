@@ -71,6 +71,7 @@ class RunCreate(In):
     limits: Limits | None = None
     allowed_hosts: Annotated[list[Line], Field(max_length=100)] = []
     heartbeat_seconds: Count | None = None
+    project: Annotated[str, Field(max_length=100)] = ""
 
 
 class TokensOut(Schema):
@@ -112,6 +113,7 @@ class RunOut(Schema):
     pending_approvals: int
     forked_from: dict[str, Any] | None
     url: str
+    project: str = ""
     schedule: int | None = None
     trigger: int | None = None
     wake_at: datetime | None = None
