@@ -5,6 +5,7 @@ agents.triggers and agents.services."""
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -151,6 +152,28 @@ def trigger_revoke(request: HttpRequest, trigger_id: int) -> HttpResponse:
     else:
         messages.success(request, f"trigger {trigger.pk} revoked: its URL answers 404 from now on")
     return _back(request, "triggers")
+
+
+@login_required
+@require_POST
+def run_wake(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A paused run resumes by itself at a time a person gives (in a time zone they name)."""
+    run = access.get_controllable_run(request.user, run_id)
+    try:
+        when = datetime.fromisoformat(request.POST.get("at", "").strip()[:40])
+    except ValueError:
+        messages.error(request, "give the time as the form asks, e.g. 2026-12-24 09:00")
+        return redirect("run-detail", run_id=run.pk)
+    try:
+        zone = schedules.zone(request.POST.get("timezone", "UTC").strip()[:64] or "UTC")
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=zone)
+        services.wake_at(run.pk, when, actor=services.actor_for(request.user))
+    except inputs.InputError as e:
+        messages.error(request, str(e).replace("--at", "the time"))
+    else:
+        messages.success(request, f"run {run.pk} wakes at {when:%Y-%m-%d %H:%M %Z}")
+    return redirect("run-detail", run_id=run.pk)
 
 
 @login_required

@@ -95,6 +95,7 @@ urlpatterns = [
         name="artifact-download",
     ),
     path("runs/<id:run_id>/schedule/", schedule_views.schedule_new, name="schedule-new"),
+    path("runs/<id:run_id>/wake", schedule_views.run_wake, name="run-wake"),
     path("runs/<id:run_id>/wake/cancel", schedule_views.run_cancel_wake, name="run-cancel-wake"),
     path("schedules/", schedule_views.schedules_page, name="schedules"),
     *[

@@ -148,3 +148,39 @@ def test_a_run_made_by_a_schedule_says_so(owner, run):
     made = schedules.run_from_template(run, actor="t", created_by=owner, schedule=schedule)
     page = client_for(owner).get(f"/runs/{made.pk}/").content.decode()
     assert f"schedule {schedule.pk}" in page
+
+
+def test_a_person_sets_a_paused_runs_wake_up_from_its_page(owner):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents import services
+    from agents.models import Run
+    from tests.conftest import client_for
+
+    run = services.create_run(goal="later", checks=["true"], created_by=owner)
+    services.pause_run(run.pk, actor="t")
+    c = client_for(owner)
+    page = c.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="wake-form"' in page
+    when = (timezone.now() + timedelta(days=1)).astimezone(timezone.get_fixed_timezone(60))
+    c.post(
+        f"/runs/{run.pk}/wake", {"at": when.strftime("%Y-%m-%dT%H:%M"), "timezone": "Europe/Paris"}
+    )
+    run.refresh_from_db()
+    assert run.wake_at is not None
+    assert abs((run.wake_at - when).total_seconds()) < 3700  # Paris is UTC+1 or +2
+    page = c.get(f"/runs/{run.pk}/").content.decode()
+    assert "Wakes at" in page and 'id="wake-form"' not in page
+    # Bad input: a clear message, nothing set.
+    services.cancel_wake(run.pk, actor="t")
+    for at, tz in (
+        ("tomorrow", "UTC"),
+        ("2001-01-01T09:00", "UTC"),
+        ("2099-01-01T09:00", "Mars/Base"),
+    ):
+        response = c.post(f"/runs/{run.pk}/wake", {"at": at, "timezone": tz}, follow=True)
+        assert response.status_code == 200
+        assert Run.objects.get(pk=run.pk).wake_at is None
+        assert list(response.context["messages"])  # told why
