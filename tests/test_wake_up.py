@@ -42,7 +42,7 @@ def test_each_session_records_its_parts_and_they_make_its_first_message(db):
     run = drive_until_idle(run)
     assert run.status == "succeeded", run.status_reason
     one, two = Session.objects.filter(run=run).order_by("index")
-    assert list(one.wake_up) == [
+    assert prompts.in_order(one.wake_up) == [
         "goal",
         "done_conditions",
         "review_criteria",
@@ -51,7 +51,7 @@ def test_each_session_records_its_parts_and_they_make_its_first_message(db):
         "handoff",
         "workspace",
     ]
-    assert list(two.wake_up) == [
+    assert prompts.in_order(two.wake_up) == [
         "goal",
         "done_conditions",
         "review_criteria",

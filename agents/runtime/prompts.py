@@ -96,11 +96,18 @@ def first_message(**kwargs: Any) -> str:
     return assemble(wake_up_parts(**kwargs))
 
 
+def in_order(parts) -> list[str]:
+    """The parts' names in the first message's order (PostgreSQL's jsonb keeps no key order)."""
+    known = [name for name in WAKE_UP_PARTS if name in parts]
+    return known + [name for name in parts if name not in WAKE_UP_PARTS]
+
+
 def assemble(parts: dict[str, str]) -> str:
     """The first message from its parts: sections a blank line apart; a person's notes go
     under the rewind note's heading when there is one."""
     out = ""
-    for name, text in parts.items():
+    for name in in_order(parts):
+        text = parts[name]
         if out:
             out += "\n" if name == "notes" and "rewind_note" in parts else "\n\n"
         out += text

@@ -9,6 +9,7 @@ from django.utils import timezone
 from agents import eventlog, overview, policy, verification
 from agents.management.base import RunCommand, get_run, id_arg
 from agents.models import ApprovalStatus
+from agents.runtime import prompts
 
 
 def run_summary(run) -> dict:
@@ -173,7 +174,8 @@ class Command(RunCommand):
             )
             w(f"  session {s['index']}: {state}, {s['turns']} turns")
             if s["wake_up"]:
-                sizes = ", ".join(f"{k} {v['tokens']}" for k, v in s["wake_up"].items())
+                parts = s["wake_up"]
+                sizes = ", ".join(f"{k} {parts[k]['tokens']}" for k in prompts.in_order(parts))
                 total = sum(v["tokens"] for v in s["wake_up"].values())
                 w(f"    wake-up: ≈ {total} tokens (estimate): {sizes}")
             if s["handoff"]:
