@@ -92,12 +92,14 @@ async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_S
     who = await sync_to_async(_checked_call)(request, call_id)
     deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
     while True:
-        answer = await sync_to_async(external.decision)(
-            call_id, run_ids=_own_calls(request), actor=who
-        )
+        answer = await sync_to_async(_decision)(request, call_id, who)
         if answer["decision"] != "pending" or time.monotonic() >= deadline:
             return answer
         await asyncio.sleep(POLL_SECONDS)
+
+
+def _decision(request, call_id: str, who: str) -> dict:
+    return external.decision(call_id, run_ids=_own_calls(request), actor=who)
 
 
 def _checked_call(request, call_id: str) -> str:
