@@ -118,6 +118,7 @@ def test_external_run_end_to_end(api, agent_user):
     assert decided.status_code == 200, decided.content
     answer = api.get(f"/api/v1/tool-calls/{risky['id']}?wait=2").json()
     assert answer["decision"] == "approved" and answer["input"] == {"command": "rm -rf build/tmp"}
+    assert "edited this call" in answer["note"] and "rm -rf build/tmp" in answer["note"]
     assert answer["run_status"] == "running"
     api.post(
         f"/api/v1/tool-calls/{risky['id']}/result", {"output": ""}, content_type="application/json"

@@ -42,7 +42,7 @@ from agents.providers.base import Turn, Usage
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import call_event
 from agents.runtime.finish import Finish
-from agents.runtime.gate import Gate, GatedCall
+from agents.runtime.gate import Gate, GatedCall, approval_note
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver
 from agents.runtime.turns import Turns
@@ -209,11 +209,10 @@ def turn(
             Turn(content=content, stop_reason="external", usage=usage, model=model or s.run.model)
         )
         seq = s.known_seq
-        try:
+        # Paused at a cap, or the harness wrote the handoff: the run's status says which.
+        with suppress(SliceOver):
             h.budgets.check()
             h.sessions.check_limits()
-        except SliceOver:
-            pass  # paused at a cap, or the harness wrote the handoff: the status says which
         run = Run.objects.get(pk=run_id)
         return {
             "seq": seq,
@@ -254,8 +253,12 @@ def _as_ours(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]
     return tool, tool_input
 
 
-def _answer(call: ExternalCall, decision: str, *, note: str = "") -> dict[str, Any]:
+def _answer(call: ExternalCall, decision: str) -> dict[str, Any]:
     approval = call.approval
+    # What the agent is told of an approval, as Shiftlog's own agent is: an edit, a comment.
+    note = (
+        approval_note(approval) if approval and approval.status == ApprovalStatus.APPROVED else ""
+    )
     run_to = (approval.edited_input if approval and approval.edited_input else None) or call.input
     reason = call.reason
     if approval is not None and approval.status != ApprovalStatus.PENDING:

@@ -131,7 +131,9 @@ class Gate:
         if approval.status == ApprovalStatus.PENDING:
             approval = self.wait(approval)
         if approval.status == ApprovalStatus.APPROVED:
-            return Cleared(approval.edited_input or call.tool_input, approval, _note(approval))
+            return Cleared(
+                approval.edited_input or call.tool_input, approval, approval_note(approval)
+            )
         reason = (
             "nobody decided in time (expired)"
             if approval.status == ApprovalStatus.EXPIRED
@@ -173,7 +175,7 @@ class Gate:
         raise SliceOver(SliceResult.AWAITING)
 
 
-def _note(approval: Approval) -> str:
+def approval_note(approval: Approval) -> str:
     """What the agent is told of a person's approval: an edit, a comment."""
     note = ""
     if approval.edited_input is not None:
