@@ -167,8 +167,7 @@ def rewind(request, run_id: PathId, body: FromCheckpoint):
     summary="Fork a new run from a checkpoint",
 )
 def fork(request, run_id: PathId, body: FromCheckpoint):
-    run = seen_run(request, run_id)
-    need(request, "write")
+    run = controlled_run(request, run_id)  # as on the web: forking is controlling the run
     source = _checkpoint(run, body.checkpoint)
     if body.dry_run:
         return Status(

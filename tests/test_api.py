@@ -142,8 +142,9 @@ def test_a_user_sees_through_the_api_what_the_web_shows(owner, outsider, viewer)
     is_problem(post(as_owner, f"/api/v1/runs/{other.pk}/pause"), 404)
     as_viewer = bearer(viewer, "read", "write")
     assert {r["id"] for r in as_viewer.get("/api/v1/runs").json()["items"]} == {mine.pk, other.pk}
-    # A viewer may watch but not control.
+    # A viewer may watch but not control, nor fork, as on the web.
     is_problem(post(as_viewer, f"/api/v1/runs/{mine.pk}/pause"), 403)
+    is_problem(post(as_viewer, f"/api/v1/runs/{mine.pk}/fork", {"checkpoint": 1}), 403)
     assert Run.objects.get(pk=mine.pk).status == "queued"
 
 
