@@ -93,7 +93,7 @@ def _schedule(s: Schedule) -> dict:
         "paused": s.paused,
         "next_at": s.next_at,
         "last_tick_at": s.last_tick_at,
-        "runs": list(s.runs.order_by("pk").values_list("pk", flat=True)),
+        "runs": sorted(r.pk for r in s.runs.all()),  # prefetched by the list: one query
         "created_at": s.created_at,
     }
 
@@ -124,7 +124,7 @@ def _seen_schedule(request, schedule_id: int, *, control: bool = False) -> Sched
 @router.get("/schedules", response=ScheduleList, summary="Schedules")
 def list_schedules(request):
     need(request, "read")
-    rows = access.visible_schedules(request.user).order_by("pk")
+    rows = access.visible_schedules(request.user).prefetch_related("runs").order_by("pk")
     return {"items": [_schedule(s) for s in rows]}
 
 

@@ -96,3 +96,15 @@ def test_wake_a_paused_run_and_cancel_it(owner):
     assert r.status_code == 422
     assert c.delete(f"/api/v1/runs/{run.pk}/wake").json()["wake_at"] is None
     assert c.delete(f"/api/v1/runs/{run.pk}/wake").status_code == 409
+
+
+def test_the_schedule_list_makes_no_query_per_schedule(owner, django_assert_max_num_queries):
+    from agents import schedules
+
+    run = services.create_run(goal="nightly", checks=["true"], created_by=owner)
+    for hour in range(6):
+        schedules.create(run, f"0 {hour} * * *", actor="t")
+    c = bearer(owner, "read")
+    with django_assert_max_num_queries(6):
+        items = c.get("/api/v1/schedules").json()["items"]
+    assert len(items) == 6 and all(s["runs"] == [] for s in items)
