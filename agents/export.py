@@ -34,7 +34,6 @@ import difflib
 import errno
 import hashlib
 import os
-import stat
 import tarfile
 import zlib
 from collections.abc import Generator, Iterator
@@ -45,6 +44,7 @@ from typing import BinaryIO
 from agents import workspaces
 from agents.models import Checkpoint
 from agents.snapshots import TEXT_DIFF_MAX_INPUT, Change, SnapshotError
+from agents.snapshots.beneath import open_beneath
 from agents.snapshots.names import to_bytes
 
 CHUNK = 1 << 16
@@ -202,7 +202,9 @@ def patch_chunks(a: Checkpoint, b: Checkpoint | None) -> Generator[bytes, None, 
     snaps = workspaces.store()
     live = None
     try:
-        if b is None:
+        if b is None and workspaces.cached() and (tree := workspaces.committed_tree(a.run)):
+            changes = snaps.diff(a.tree, tree, text_diffs=False)  # the last committed state
+        elif b is None:
             live = Path(a.run.workspace_path)
             if not live.is_dir():
                 raise ExportError(f"run {a.run_id}'s workspace is not there any more")
@@ -481,7 +483,7 @@ def _live_pieces(root: Path, raw: bytes, digest: str | None) -> Iterator[bytes]:
     against the hash the diff saw: an agent may change it, or swap a folder for a symlink."""
     shown = _shown(_to_str(raw))
     try:
-        fd = _open_nofollow(root, raw)
+        fd = open_beneath(root, raw)
     except OSError as e:
         raise ExportError(f"{shown} cannot be read from the workspace: {_why(e)}") from None
     h = hashlib.sha256()
@@ -491,31 +493,6 @@ def _live_pieces(root: Path, raw: bytes, digest: str | None) -> Iterator[bytes]:
             yield piece
     if h.hexdigest() != digest:
         raise ExportError(f"{shown} changed in the workspace while it was being exported")
-
-
-def _open_nofollow(root: Path, raw: bytes) -> int:
-    parts = raw.split(b"/")
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(
-                part,
-                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=dir_fd,
-            )
-            os.close(dir_fd)
-            dir_fd = nxt
-        fd = os.open(
-            parts[-1],
-            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-            dir_fd=dir_fd,
-        )
-    finally:
-        os.close(dir_fd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file any more")
-    return fd
 
 
 def _why(e: OSError) -> str:

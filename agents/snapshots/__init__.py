@@ -6,6 +6,8 @@ Pure Python (no Django): give it a BlobStore with an explicit root.
     res = snaps.snapshot(workspace, cache_path=meta / "stat-cache.json")  # res.tree identifies it
     snaps.restore(res.tree, workspace, cache_path=...)   # rewind: the workspace becomes that tree
     snaps.restore(res.tree, new_workspace)               # fork: same, into another (new) folder
+    feed = ChangeFeed(workspace)                         # or feed.acquire(workspace) per process
+    snaps.snapshot(workspace, cache_path=..., feed=feed) # looks only at what changed since the last
     snaps.diff(old_tree, new_tree)                       # or diff(old_tree, workspace_path)
     snaps.files(tree); snaps.read(tree, "src/app.py")
     snaps.referenced_blobs(trees); snaps.verify(trees); snaps.prune(keep_trees, keep_blobs)
@@ -14,6 +16,7 @@ How it works, one concern per module (each docstring states its invariants):
     names.py        file names as trees store them (b64: for non-UTF-8), paths as handed out
     trees.py        the tree format (bytes and digests existing stores rely on); TreeReader
     cache.py        the stat cache: per-folder records, an append-only log file, version 3
+    feed.py         ChangeFeed: which folders changed since the last checkpoint (inotify)
     scan.py         Scanner: snapshot; speed (stat cache, racy timestamps) and crash safety
     scan_state.py   what one scan passes between its phases
     walk.py         listing and stat-ing a workspace (the hot loop)
@@ -44,6 +47,7 @@ from agents.blobstore import BlobStore
 from agents.snapshots.cache import StatCache
 from agents.snapshots.diff import TEXT_DIFF_MAX_INPUT, Differ
 from agents.snapshots.errors import CorruptBlob, MissingBlob, SnapshotError
+from agents.snapshots.feed import ChangeFeed
 from agents.snapshots.hashing import FileHasher
 from agents.snapshots.maintenance import StoreMaintenance, iter_tree_blobs
 from agents.snapshots.names import B64_PREFIX, decode_name, display, encode_name
@@ -58,6 +62,7 @@ __all__ = [
     "TEXT_DIFF_MAX_INPUT",
     "TREE_MAGIC",
     "Change",
+    "ChangeFeed",
     "CorruptBlob",
     "Entry",
     "MissingBlob",
@@ -102,13 +107,21 @@ class Snapshots:
         self._hasher.workers = workers
 
     def snapshot(
-        self, workspace: Path, *, cache_path: Path | None = None, cache: StatCache | None = None
+        self,
+        workspace: Path,
+        *,
+        cache_path: Path | None = None,
+        cache: StatCache | None = None,
+        feed: ChangeFeed | None = None,
     ) -> SnapshotResult:
         """Checkpoint `workspace`; returns once every blob of the checkpoint is durably stored.
 
-        Details: scan.Scanner.snapshot.
+        With `feed` (the workspace's ChangeFeed) it is the checkpoint of what changed since the
+        last one: only the folders the feed reported are looked at when the feed is trusted
+        (result.incremental), and one with nothing reported costs no system call on the
+        workspace; else it scans everything, as without a feed. Details: scan.Scanner.snapshot.
         """
-        return self._scanner.snapshot(workspace, cache_path=cache_path, cache=cache)
+        return self._scanner.snapshot(workspace, cache_path=cache_path, cache=cache, feed=feed)
 
     def files(self, tree: str) -> dict[str, Entry]:
         """Every path in the checkpoint (folders included) -> its entry."""
@@ -126,13 +139,14 @@ class Snapshots:
         cache_path: Path | None = None,
         cache: StatCache | None = None,
         dry_run: bool = False,
+        feed: ChangeFeed | None = None,
     ) -> RestoreResult:
         """Make `workspace` exactly checkpoint `tree` (creating it if needed).
 
         Details: restore.Restorer.restore.
         """
         return self._restorer.restore(
-            tree, workspace, cache_path=cache_path, cache=cache, dry_run=dry_run
+            tree, workspace, cache_path=cache_path, cache=cache, dry_run=dry_run, feed=feed
         )
 
     def diff(

@@ -19,7 +19,10 @@ from agents.snapshots.trees import entries_of, tree_bytes
 
 
 def build(d: ScannedFolder, scan: ScanState) -> None:
-    """Digest of folder `d` and its new record, children first."""
+    """Digest of folder `d` and its new record, children first. A pinned folder keeps its record
+    (an incremental scan starts `scan.new` from the cached records, so its subtree's are there)."""
+    if d.pinned:
+        return
     for _, child in d.children:
         build(child, scan)
     old = d.old

@@ -129,6 +129,8 @@ class StatCache:
 
     def __init__(self, dirs: dict[str, FolderRecord] | None = None):
         self.dirs: dict[str, FolderRecord] = dirs if dirs is not None else {}
+        # Bumped each time a scan's records replace `dirs` (a change feed's baseline names it).
+        self.generation = 0
         # What the file on disk holds, when it is exactly what this object read or wrote last:
         # (path, (st_ino, st_size, st_mtime_ns)) and the records it holds; else None.
         self._disk: tuple[Path, tuple[int, int, int]] | None = None
@@ -320,6 +322,7 @@ def load_cache(cache_path: Path | None) -> StatCache:
 def keep_cache(cache: StatCache, new: dict[str, FolderRecord], cache_path: Path | None) -> None:
     """Make `new` (a scan's records) the content of `cache`, and of the file at `cache_path`."""
     cache.dirs = new
+    cache.generation += 1
     if cache_path is not None:
         cache_path = Path(cache_path)
         cache.sync_to(cache_path)

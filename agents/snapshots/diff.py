@@ -8,10 +8,13 @@ does not hold them.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
 from agents.blobstore import BlobStore
+from agents.snapshots.beneath import FILE_FLAGS
 from agents.snapshots.cache import FolderRecord, load_cache
 from agents.snapshots.errors import MissingBlob
 from agents.snapshots.names import decode_name, display, join_path, to_str
@@ -20,6 +23,25 @@ from agents.snapshots.scan import Scanner
 from agents.snapshots.trees import TreeReader
 
 TEXT_DIFF_MAX_INPUT = 1 << 20
+
+
+class ChangedMeanwhile(Exception):
+    """A live file no longer holds what the scan read from it."""
+
+
+def _live_content(path: bytes, digest: str) -> bytes:
+    """A live file's content, as the scan hashed it: opened without following a link at its
+    end, and shown only if it still hashes to `digest` (the scan only hashes files inside the
+    workspace, so whatever a link swapped in since is never shown)."""
+    try:
+        fd = os.open(path, FILE_FLAGS)
+    except OSError as e:
+        raise ChangedMeanwhile(str(e)) from None
+    with open(fd, "rb", buffering=0) as f:
+        data = f.read(TEXT_DIFF_MAX_INPUT + 1)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise ChangedMeanwhile(to_str(path))
+    return data
 
 
 class Differ:
@@ -118,16 +140,19 @@ class Differ:
             return self.blobs.get(digest)
         except FileNotFoundError:
             if digest in live:
-                with open(live[digest], "rb") as f:
-                    return f.read()
+                return _live_content(live[digest], digest)
             raise MissingBlob(f"blob {digest} is not in the store") from None
 
     def _text_diff(self, c: Change, live: dict[str, bytes], limit: int) -> None:
         if max(c.old_size or 0, c.new_size or 0) > TEXT_DIFF_MAX_INPUT:
             c.note = f"too large for a text diff (over {TEXT_DIFF_MAX_INPUT} bytes)"
             return
-        old = self._content(c.old_hash, live) if c.old_hash else b""
-        new = self._content(c.new_hash, live) if c.new_hash else b""
+        try:
+            old = self._content(c.old_hash, live) if c.old_hash else b""
+            new = self._content(c.new_hash, live) if c.new_hash else b""
+        except ChangedMeanwhile:
+            c.note = "changed in the workspace while the diff was made: reload to see it"
+            return
         old_text, new_text = is_text(old), is_text(new)
         if old_text is None or new_text is None:
             c.binary = True

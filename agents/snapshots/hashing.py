@@ -1,5 +1,5 @@
 """Reading files' contents during a scan: hashed (sha256 hex, as the blob store names blobs) and,
-for a checkpoint, stored."""
+for a checkpoint, written to the scan's blob batch (made durable with the trees, see scan.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from agents.blobstore import BlobStore
+from agents.blobstore import Batch, BlobStore
+from agents.snapshots.beneath import FILE_FLAGS, open_beneath
 from agents.snapshots.scan_state import PendingFile, ScanState
 
 CHUNK = 1 << 20
@@ -34,31 +35,44 @@ class FileHasher:
         self.blobs = blobs
         self.workers = workers
 
-    def hash_pending(self, scan: ScanState, store: bool) -> None:
-        """Read every file the walk queued: store (or, with store=False, only hash) its content
-        and record its digest in its folder, or leave it out when it is gone."""
+    def hash_pending(self, scan: ScanState) -> None:
+        """Read every file the walk queued: add its content to `scan.batch` (or, without one,
+        only hash it) and record its digest in its folder, or leave it out when it is gone."""
         pending, scan.pending = scan.pending, []
+        batch = scan.batch
         if len(pending) >= PARALLEL_MIN_FILES and self.workers > 1:
+            # hashlib and file reads release the GIL: the threads overlap on both cores.
             with ThreadPoolExecutor(self.workers) as pool:
-                results = list(pool.map(lambda f: self.read(f, store), pending))
+                results = list(pool.map(lambda f: self.read(f, batch, scan.strip), pending))
         else:
-            results = [self.read(f, store) for f in pending]
+            results = [self.read(f, batch, scan.strip) for f in pending]
         for f, result in zip(pending, results, strict=True):
             self._record(scan, f, result)
 
-    def read(self, f: PendingFile, store: bool) -> tuple[str, int, bool, os.stat_result] | None:
-        """(digest, size, whether a new blob was added, stat after reading), or None when the
-        file is gone or has become a link."""
+    def read(
+        self, f: PendingFile, batch: Batch | None, strip: int
+    ) -> tuple[str, int, bool, os.stat_result] | None:
+        """(digest, size, whether `batch` writes a new blob for it, stat after reading), or None
+        when the file is gone or has become a link. Without a batch it is only hashed. `strip`:
+        the length of the workspace's path and its slash, at the start of `f.path`."""
         try:
-            fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(f.path, FILE_FLAGS)
+            opened = os.fstat(fd)
+            if opened.st_ino != f.st.st_ino or opened.st_dev != f.st.st_dev:
+                # Not the file the walk listed: replaced since, or reached through a folder
+                # swapped for a link (which would read a file outside the workspace). Open
+                # what is at that path now, following no link at any level.
+                os.close(fd)
+                fd = open_beneath(f.path[: strip - 1], f.path[strip:])
         except OSError as e:
-            # Gone, or replaced by a link, since the folder was listed: leave it out.
-            if e.errno in (errno.ENOENT, errno.ELOOP):
+            # Gone, or replaced by a link or something not a file, since the folder was listed:
+            # leave it out.
+            if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EINVAL):
                 return None
             raise
         with open(fd, "rb", buffering=0) as fh:
-            if store:
-                digest, size, added = self.blobs.add_file(fh)
+            if batch is not None:
+                digest, size, added = batch.add_file(fh)
             else:
                 digest, size = hash_stream(fh)
                 added = False

@@ -3,7 +3,9 @@
 Prune and concurrency. snapshot/restore/diff/verify hold the store's shared lock, prune the
 exclusive one. A tree found already stored during a checkpoint has its mtime refreshed, and prune
 keeps everything reachable from trees newer than its grace period, so a checkpoint whose tree has
-not yet been recorded by the caller survives a prune for that long.
+not yet been recorded by the caller survives a prune for that long. A store without a lock (S3)
+makes a blob a checkpoint relies on young again instead (agents/blobstore/s3.py says why that is
+enough); prune reads each doomed blob's age again right before deleting it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from agents.blobstore import BlobStore
+from agents.blobstore import BlobCorrupt, BlobStore
 from agents.snapshots.errors import CorruptBlob, SnapshotError
 from agents.snapshots.hashing import hash_stream
 from agents.snapshots.names import decode_name, display, join_path, to_str
@@ -43,7 +45,7 @@ class StoreMaintenance:
             seen.add(digest)
             try:
                 entries = self.trees.get(digest)
-            except SnapshotError:
+            except (SnapshotError, BlobCorrupt):
                 continue
             for e in entries.values():
                 if e["t"] == "d":
@@ -70,6 +72,8 @@ class StoreMaintenance:
                 except FileNotFoundError:
                     problems.append(f"missing tree {digest} ({label})")
                     continue
+                except BlobCorrupt:
+                    data = b""  # the store checked it (S3): reported just below
                 if hashlib.sha256(data).hexdigest() != digest:
                     problems.append(f"corrupt tree {digest}: content does not match ({label})")
                     continue
@@ -96,6 +100,8 @@ class StoreMaintenance:
                 actual, _ = hash_stream(f)
         except FileNotFoundError:
             return f"missing blob {digest}"
+        except BlobCorrupt as e:
+            actual = e.actual
         if actual != digest:
             return f"corrupt blob {digest}: content hashes to {actual}"
         return None
@@ -121,27 +127,22 @@ class StoreMaintenance:
             doomed: dict[str, int] = {}
             recent_trees = []
             stored = 0
-            for digest in self.blobs.iter_digests():
+            for digest, size, mtime in self.blobs.listing():
                 stored += 1
                 if digest in keep:
                     continue
-                try:
-                    st = self.blobs.path(digest).stat()
-                except FileNotFoundError:
-                    continue
-                if now - st.st_mtime < grace_seconds:
+                if now - mtime < grace_seconds:
                     if self._is_tree(digest):
                         recent_trees.append(digest)
                     keep.add(digest)
                 else:
-                    doomed[digest] = st.st_size
+                    doomed[digest] = size
             keep |= self._reachable(recent_trees)
             doomed = {d: size for d, size in doomed.items() if d not in keep}
             order = self._deletion_order(doomed)
             if not dry_run:
-                for digest in order:
-                    self.blobs.delete(digest)
-                    self.trees.forget(digest)
+                order = self._delete(order, now - grace_seconds)
+                doomed = {d: doomed[d] for d in order}
             temp = 0 if dry_run else self.blobs.remove_stray_temp(grace_seconds)
         return PruneResult(
             deleted=len(order),
@@ -151,10 +152,31 @@ class StoreMaintenance:
             dry_run=dry_run,
         )
 
+    def _delete(self, order: list[str], cutoff: float) -> list[str]:
+        """Delete the doomed blobs in `order`, but not one made young since it was listed (a
+        checkpoint relied on it: see the module docstring), nor anything a tree so spared
+        reaches (it comes later in the order). Returns those deleted."""
+        spared: set[str] = set()
+        deleted = []
+        for digest in order:
+            if digest in spared:
+                continue
+            try:
+                young = self.blobs.mtime(digest) >= cutoff
+            except FileNotFoundError:
+                continue
+            if young:
+                spared |= self._reachable([digest])
+                continue
+            self.trees.forget(digest)
+            if self.blobs.delete(digest):
+                deleted.append(digest)
+        return deleted
+
     def _is_tree(self, digest: str) -> bool:
         try:
             return self.blobs.read_head(digest, len(TREE_MAGIC)) == TREE_MAGIC
-        except FileNotFoundError:
+        except (FileNotFoundError, BlobCorrupt):
             return False
 
     def _deletion_order(self, doomed: dict[str, int]) -> list[str]:
@@ -192,7 +214,7 @@ def iter_tree_blobs(blobs: BlobStore) -> Iterator[tuple[str, dict[str, Any]]]:
                 if f.read(len(TREE_MAGIC)) != TREE_MAGIC:
                     continue
                 data = TREE_MAGIC + f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, BlobCorrupt):
             continue
         try:
             yield digest, parse_tree(digest, data)

@@ -1,8 +1,9 @@
 """Restore: make a workspace exactly a checkpoint (rewind), or create one from it (fork).
 
 The live workspace is scanned first (no blobs stored, its trees kept by digest), so only subtrees
-whose digests differ are compared and only what differs is touched. Nothing else should write to
-the workspace during a restore.
+whose digests differ are compared and only what differs is touched. With a trusted change feed
+(feed.py) that scan looks only at the folders reported changed since the last checkpoint, so a
+rewind costs about what it writes. Nothing else should write to the workspace during a restore.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import os
 import stat
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from agents.blobstore import BlobStore
 from agents.snapshots.cache import FolderRecord, StatCache, cache_key, keep_cache, load_cache
 from agents.snapshots.errors import CorruptBlob, MissingBlob
+from agents.snapshots.feed import ChangeFeed
 from agents.snapshots.hashing import CHUNK
 from agents.snapshots.names import decode_name, join_path, to_str
 from agents.snapshots.results import RestoreResult
@@ -42,6 +45,7 @@ class Restorer:
         cache_path: Path | None = None,
         cache: StatCache | None = None,
         dry_run: bool = False,
+        feed: ChangeFeed | None = None,
     ) -> RestoreResult:
         """Make `workspace` exactly checkpoint `tree` (creating it if needed).
 
@@ -49,42 +53,59 @@ class Restorer:
         followed), missing or different files written (to a temp file renamed into place, so
         nothing is ever written through a link), modes set. Every tree and blob needed is
         checked to exist before the first change, so a store missing one fails before touching
-        anything (a blob whose content is damaged is caught while it is copied).
+        anything (a blob whose content is damaged is caught while it is copied). `feed`: the
+        workspace's ChangeFeed, if this process keeps one (the scan of what is there is then
+        incremental when the feed is trusted).
         """
         started = time.perf_counter()
         workspace = Path(workspace)
         self.scanner.check_outside(workspace, cache_path)
         if cache is None:
             cache = load_cache(cache_path)
+        scan_plan = self.scanner.plan(workspace, feed, cache) if feed is not None else None
         with self.blobs.lock():
             current = None
             if os.path.isdir(workspace):
                 current = self.scanner.scan(
-                    workspace, cache, cache_path, store=False, keep_trees=True
+                    workspace, cache, cache_path, store=False, keep_trees=True, plan=scan_plan
                 )
             plan = RestorePlan()
             extra = current.trees if current else {}
             counts = current.counts if current else {}
+            if self.blobs.remote:
+                self.trees.warm(tree, extra, self.blobs.workers)
             self._plan(b"", tree, current.root if current else None, extra, counts, plan)
-            for digest in plan.blobs:
-                if not self.blobs.exists(digest):
-                    raise MissingBlob(f"blob {digest} needed by tree {tree} is not in the store")
-            if not dry_run:
-                workspace.mkdir(parents=True, exist_ok=True)
-                self._apply(os.fsencode(workspace), plan.ops)
-        if not dry_run and current is not None:
-            # What was written is new (new inodes, fresh timestamps) and would not match its
-            # record anyway; say so explicitly, per folder.
-            touched: dict[str, set[str]] = {}
-            for op in plan.ops:
-                folder, name = cache_key(op[1])
-                touched.setdefault(folder, set()).add(name)
+            # A store that has to fetch blobs over the network gets them all at once first.
+            with self._fetched(tree, [] if dry_run else plan.blobs):
+                # (What a remote store fetched is there: no need to ask about each again.)
+                for digest in plan.blobs if dry_run or not self.blobs.remote else ():
+                    if not self.blobs.exists(digest):
+                        raise MissingBlob(
+                            f"blob {digest} needed by tree {tree} is not in the store"
+                        )
+                if not dry_run:
+                    workspace.mkdir(parents=True, exist_ok=True)
+                    self._apply(os.fsencode(workspace), plan.ops)
+        if current is not None:
             new = current.new
-            for folder, names in touched.items():
-                rec = new.get(folder)
-                if rec is not None:
-                    new[folder] = rec.with_stale(i for i, k in enumerate(rec.keys) if k in names)
+            if not dry_run:
+                # What was written is new (new inodes, fresh timestamps) and would not match its
+                # record anyway; say so explicitly, per folder.
+                touched: dict[str, set[str]] = {}
+                for op in plan.ops:
+                    folder, name = cache_key(op[1])
+                    touched.setdefault(folder, set()).add(name)
+                for folder, names in touched.items():
+                    rec = new.get(folder)
+                    if rec is not None:
+                        new[folder] = rec.with_stale(
+                            i for i, k in enumerate(rec.keys) if k in names
+                        )
+            # The records describe the workspace (a dry run's as it is): keep them, so a change
+            # feed's changes taken for this scan are accounted for.
             keep_cache(cache, new, cache_path)
+            if feed is not None:
+                feed.settle(cache)
         return RestoreResult(
             written=plan.count["write"],
             removed=plan.count["rm"],
@@ -95,6 +116,7 @@ class Restorer:
             seconds=time.perf_counter() - started,
             dry_run=dry_run,
             actions=[(op[0], to_str(op[1])) for op in plan.ops],
+            incremental=current is not None and current.incremental,
         )
 
     def _plan(
@@ -167,6 +189,18 @@ class Restorer:
         for folder, mode in opened.items():
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(folder, mode)
+
+    @contextlib.contextmanager
+    def _fetched(self, tree: str, digests: Iterable[str]) -> Iterator[None]:
+        entered = False
+        try:
+            with self.blobs.prefetched(digests):
+                entered = True
+                yield
+        except FileNotFoundError as e:
+            if entered:
+                raise
+            raise MissingBlob(f"{e} (needed by tree {tree})") from None
 
     @staticmethod
     def _writable(folder: bytes, checked: set[bytes], opened: dict[bytes, int]) -> None:

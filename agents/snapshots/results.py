@@ -19,6 +19,10 @@ class SnapshotResult:
     dirs: int = 0
     links: int = 0
     skipped: list[str] = field(default_factory=list)
+    # Whether a trusted change feed let it look only at the folders reported changed, and how
+    # many folders it listed.
+    incremental: bool = False
+    listed_dirs: int = 0
 
 
 @dataclass
@@ -32,6 +36,7 @@ class RestoreResult:
     seconds: float
     dry_run: bool = False
     actions: list[tuple[str, str]] = field(default_factory=list)
+    incremental: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,23 @@ checkpoint appends one line per folder that changed, and nothing when none did (
 Within one process, a cache file this process wrote last is not parsed again. Only trees that
 are not stored yet are checked and written, top down: a stored tree implies its subtree is.
 
-Crash safety. Blobs are written atomically (temp file, fsync, rename). Within a checkpoint every
-file blob is written first, then the store's directories are fsynced, then the tree blobs,
-children before parents, so no stored tree ever names a missing blob, even after a power cut;
-`snapshot` returns only once the whole checkpoint is durable. A stored tree therefore implies its
-whole subtree is stored, which lets a checkpoint skip checking blobs under unchanged folders;
-`prune` keeps that invariant (it deletes trees parent-first, then other blobs).
+Crash safety. A checkpoint writes its new blobs as one blobstore.Batch: every file blob, then
+the trees, children before parents, each to a temporary file; then one barrier makes them all
+durable, they are renamed into place in that order, and the renamed-into folders are fsynced
+(two barriers per checkpoint, not one fsync per blob). A blob is never named before its content
+is durable and, renames being durable in order (ext4, XFS), no stored tree ever names a missing
+blob, even after a power cut; `snapshot` returns only once the whole checkpoint is durable. A
+stored tree therefore implies its whole subtree is stored, which lets a checkpoint skip
+checking blobs under unchanged folders; `prune` keeps that invariant (it deletes trees
+parent-first, then other blobs).
+
+Change feed. Given a feed (feed.py) whose changes are trusted for the stat cache, a checkpoint
+is incremental: it lists only the folders reported changed (plus those whose records hold
+entries not to be trusted as they are), reaches them through their ancestors' records, walks
+new folders whole, and takes every other folder's record as it is (walk.walk_changed). Its
+result is the tree a full scan would give. A feed that is not trusted (new process, lost
+events, a cache written elsewhere) means a full scan, which becomes the feed's new baseline.
+With nothing reported, a checkpoint makes no system call on the workspace at all.
 
 Phases of one scan: walk.py lists and stats, hashing.py reads the files whose stat changed,
 build.py makes folder records and tree digests, then (for a checkpoint) this module stores what is
@@ -30,6 +41,7 @@ its folder be scanned again without its record (RescanFolder).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -38,13 +50,21 @@ import time
 from pathlib import Path
 
 from agents.blobstore import BlobStore
+from agents.snapshots.beneath import open_beneath
 from agents.snapshots.build import build
-from agents.snapshots.cache import FolderRecord, StatCache, keep_cache, load_cache
+from agents.snapshots.cache import FolderRecord, StatCache, join_key, keep_cache, load_cache
+from agents.snapshots.feed import ChangeFeed
 from agents.snapshots.hashing import FileHasher
 from agents.snapshots.results import SnapshotResult
-from agents.snapshots.scan_state import PendingFile, RescanFolder, ScannedFolder, ScanState
+from agents.snapshots.scan_state import (
+    PendingFile,
+    RescanFolder,
+    ScannedFolder,
+    ScanPlan,
+    ScanState,
+)
 from agents.snapshots.trees import tree_bytes
-from agents.snapshots.walk import walk
+from agents.snapshots.walk import pinned, walk, walk_changed
 
 RACY_FALLBACK_NS = 2_000_000_000
 
@@ -58,21 +78,30 @@ class Scanner:
         self.hasher = hasher
 
     def snapshot(
-        self, workspace: Path, *, cache_path: Path | None = None, cache: StatCache | None = None
+        self,
+        workspace: Path,
+        *,
+        cache_path: Path | None = None,
+        cache: StatCache | None = None,
+        feed: ChangeFeed | None = None,
     ) -> SnapshotResult:
         """Checkpoint `workspace`; returns once every blob of the checkpoint is durably stored.
 
         `cache_path` is a file (outside the workspace) where the stat cache is kept between
         calls; or pass a StatCache object to keep it in memory (it is updated in place).
+        `feed`: the workspace's ChangeFeed, if this process keeps one (see the module docstring).
         """
         started = time.perf_counter()
         workspace = Path(workspace)
         self.check_outside(workspace, cache_path)
         if cache is None:
             cache = load_cache(cache_path)
+        plan = self.plan(workspace, feed, cache)
         with self.blobs.lock():
-            scan = self.scan(workspace, cache, cache_path, store=True)
+            scan = self.scan(workspace, cache, cache_path, store=True, plan=plan)
         keep_cache(cache, scan.new, cache_path)
+        if feed is not None:
+            feed.settle(cache)
         return SnapshotResult(
             tree=scan.root,
             files=scan.files,
@@ -84,7 +113,24 @@ class Scanner:
             dirs=scan.dirs,
             links=scan.links,
             skipped=scan.skipped,
+            incremental=scan.incremental,
+            listed_dirs=scan.listed,
         )
+
+    @staticmethod
+    def plan(workspace: Path, feed: ChangeFeed | None, cache: StatCache) -> ScanPlan | None:
+        """What an incremental scan should look at, when `feed` is trusted for `cache`; else None
+        (scan everything). Takes the feed's changes either way (the scan that follows, whole or
+        not, is the next baseline once the caller settles the feed)."""
+        if feed is None:
+            return None
+        if feed.workspace != Path(os.path.realpath(workspace)):
+            raise ValueError(f"the change feed watches {feed.workspace}, not {workspace}")
+        changes = feed.take()
+        if not changes.trusted_for(cache):
+            return None
+        listed, deep = changes.keys()
+        return ScanPlan(listed, deep, cache.dirs)
 
     def check_outside(self, workspace: Path, cache_path: Path | None) -> None:
         # Either inside the workspace would change with every checkpoint (and be checkpointed).
@@ -102,17 +148,23 @@ class Scanner:
         store: bool,
         live_paths: bool = False,
         keep_trees: bool = False,
+        plan: ScanPlan | None = None,
     ) -> ScanState:
         """Scan `workspace` against `cache` (not changed: the new records are in the result's
-        `new`); with store=True, as a checkpoint, everything it names durably stored."""
+        `new`); with store=True, as a checkpoint, everything it names durably stored. With a
+        `plan`, only the folders it names are looked at (see the module docstring)."""
+        if plan is not None and (live_paths or "" not in cache.dirs):
+            plan = None
         root = os.fsencode(workspace)
         old = cache.dirs
         while True:
             try:
-                return self._scan_once(root, old, cache_path, store, live_paths, keep_trees)
+                return self._scan_once(root, old, cache_path, store, live_paths, keep_trees, plan)
             except RescanFolder as r:
-                # Read that folder's files again instead of trusting its record.
+                # Read that folder's files again instead of trusting its record (and, in an
+                # incremental scan, look at everything: the record was reached unlisted).
                 old = {k: v for k, v in old.items() if k != r.key}
+                plan = None
 
     def _scan_once(
         self,
@@ -122,72 +174,108 @@ class Scanner:
         store: bool,
         live_paths: bool,
         keep_trees: bool,
+        plan: ScanPlan | None,
     ) -> ScanState:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            probes = [self.blobs.root]
-            if cache_path is not None:
-                probes.insert(0, Path(cache_path).parent)
-            trusted = fs_clock(st.st_dev, probes, create=store)
-            scan = ScanState(old, trusted, live_paths, len(root) + 1, keep_trees or live_paths)
-            top = walk(fd, root, "", scan)
-        finally:
-            os.close(fd)
-        self.hasher.hash_pending(scan, store)
-        build(top, scan)
-        scan.root = top.rec.tree
-        scan.files, scan.bytes_total, scan.dirs, scan.links = top.rec.totals
+        quiet = plan is not None and not plan.visit
+        if quiet:
+            # Nothing reported and nothing to check again: the cached top record is the tree.
+            scan = ScanState(old, 0, live_paths, len(root) + 1, keep_trees)
+            scan.new = dict(old)
+            top = pinned(root, "", old[""])
+        else:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                st = os.fstat(fd)
+                probes = [self.blobs.root] if self.blobs.root is not None else []
+                if cache_path is not None:
+                    probes.insert(0, Path(cache_path).parent)
+                trusted = fs_clock(st.st_dev, probes, create=store)
+                scan = ScanState(old, trusted, live_paths, len(root) + 1, keep_trees or live_paths)
+                if plan is None:
+                    top = walk(fd, root, "", scan)
+                else:
+                    scan.new = dict(old)
+                    top = walk_changed(fd, root, "", scan, plan)
+            finally:
+                os.close(fd)
+        scan.incremental = plan is not None
+        if scan.gone:
+            _drop(scan.new, scan.gone)
         if store:
-            self._store(top, scan)
+            scan.batch = self.blobs.batch(workers=self.hasher.workers)
+        try:
+            self.hasher.hash_pending(scan)
+            build(top, scan)
+            scan.root = top.rec.tree
+            scan.files, scan.bytes_total, scan.dirs, scan.links = top.rec.totals
+            if plan is not None and scan.keep_trees:
+                for rec in scan.new.values():
+                    scan.trees.setdefault(rec.tree, rec)
+                    scan.counts.setdefault(rec.tree, rec.totals[0])
+            if store:
+                self._store(top, scan)
+        except BaseException:
+            if scan.batch is not None:
+                scan.batch.abort()
+            raise
         return scan
 
     def _store(self, top: ScannedFolder, scan: ScanState) -> None:
-        """Make the scanned checkpoint durable: its file blobs (written while hashing, or again by
-        _plan_store) fsynced first, then the trees not stored yet, children before parents; trees
-        found already stored get their mtime refreshed (see maintenance.py on prune)."""
-        if self.blobs.exists(scan.root):
+        """Make the scanned checkpoint durable: the file blobs written while hashing (or again by
+        _plan_store), then the trees not stored yet, children before parents, all in one batch
+        (blobstore.Batch: durable, then named in that order); trees found already stored get
+        their mtime refreshed (see maintenance.py on prune)."""
+        batch = scan.batch
+        if batch.exists(scan.root, ask=_ask(top)):
             # A stored tree implies its whole subtree is stored: nothing below to check.
             scan.freshen.append(scan.root)
         else:
             self._plan_store(top, scan)
-        # Every file blob durable before any tree names it; then the trees, children first.
-        self.blobs.sync()
         for data in scan.new_trees:
-            _, added = self.blobs.add(data)
+            _, added = batch.add(data, ordered=True)
             if added:
                 scan.blobs_added += 1
                 scan.bytes_added += len(data)
+        batch.commit()
         for digest in scan.freshen:
             with contextlib.suppress(FileNotFoundError):
                 self.blobs.touch(digest)
-        self.blobs.sync()
 
     def _plan_store(self, d: ScannedFolder, scan: ScanState) -> None:
         """For a folder whose tree is not stored: make sure every blob it names is, then queue
         its tree after those of its sub-folders (children first)."""
         rec = d.rec
+        batch = scan.batch
         for i, s in enumerate(rec.sig):
             if not stat.S_ISREG(s[0]) or i in d.fresh or rec.vals[i] is None:
                 continue
             digest = rec.vals[i]
-            if self.blobs.exists(digest):
+            if batch.exists(digest):
                 continue
             # A cached digest whose blob is gone (a prune removed content that was never part of
             # a kept checkpoint): store the file again.
             path = d.path + b"/" + os.fsencode(rec.names[i])
             try:
-                f = PendingFile(d, i, path, os.lstat(path))
-                result = self.hasher.read(f, True)
-            except FileNotFoundError:
+                # Its stat through no link (a folder on the way may have become one).
+                fd = open_beneath(path[: scan.strip - 1], path[scan.strip :])
+                try:
+                    st = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                result = self.hasher.read(PendingFile(d, i, path, st), batch, scan.strip)
+            except OSError as e:
+                if e.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EINVAL):
+                    raise
                 result = None
             if result is None or result[0] != digest:
                 raise RescanFolder(d.key)
             if result[2]:
                 scan.blobs_added += 1
                 scan.bytes_added += result[1]
+        if d.pinned and rec.subdirs and not d.children:
+            d.children = _pinned_children(d, scan)
         for _, child in d.children:
-            if self.blobs.exists(child.rec.tree):
+            if batch.exists(child.rec.tree, ask=_ask(child)):
                 scan.freshen.append(child.rec.tree)
             else:
                 self._plan_store(child, scan)
@@ -199,6 +287,34 @@ class Scanner:
             if hashlib.sha256(data).hexdigest() != rec.tree:
                 raise RescanFolder(d.key)
         scan.new_trees.append(data)
+
+
+def _ask(d: ScannedFolder) -> bool:
+    """Whether to ask the store for the tree of `d` before storing it: not for a folder this
+    scan rebuilt because it changed since the stat cache's record (its new tree is almost never
+    stored; storing it again is harmless, and with an S3 store each question is a round trip on
+    the changed path). A folder the cache did not know is asked about: it may be a whole stored
+    tree (a restore without its cache), which spares looking at everything under it."""
+    return d.data is None or d.old is None
+
+
+def _pinned_children(d: ScannedFolder, scan: ScanState) -> list[tuple[int, ScannedFolder]]:
+    """The sub-folders of a pinned folder, pinned too (their records are in `scan.new`)."""
+    children = []
+    for i in d.rec.subdirs:
+        key = join_key(d.key, d.rec.keys[i])
+        rec = scan.new.get(key)
+        if rec is None or rec.tree != d.rec.vals[i]:
+            raise RescanFolder(d.key)  # the records disagree: look at the folder for real
+        children.append((i, pinned(d.path + b"/" + os.fsencode(d.rec.names[i]), key, rec)))
+    return children
+
+
+def _drop(records: dict[str, FolderRecord], gone: set[str]) -> None:
+    """Remove the records of folders `gone` and of every folder below them."""
+    prefixes = tuple(key + "/" for key in gone)
+    for key in [k for k in records if k in gone or k.startswith(prefixes)]:
+        del records[key]
 
 
 def fs_clock(dev: int, folders: list[Path], *, create: bool) -> int:

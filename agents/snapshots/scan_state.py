@@ -22,6 +22,7 @@ class ScannedFolder:
         "names",
         "old",
         "path",
+        "pinned",
         "rec",
         "sig",
         "stale",
@@ -33,6 +34,7 @@ class ScannedFolder:
         self.key = key  # the folder's key in the StatCache
         self.old = old
         self.fast = False
+        self.pinned = False  # taken from its record without being listed (walk.pinned)
         self.names: list[str] = []
         self.keys: list[str] = []
         self.sig: list[tuple[int, int, int, int, int]] = []
@@ -64,6 +66,27 @@ class RescanFolder(Exception):
         self.key = key
 
 
+class ScanPlan:
+    """Which folders an incremental scan looks at (StatCache keys): `listed` ones are listed and
+    stat-ed again, `deep` ones walked whole, `visit` holds those and their ancestors; every
+    other folder keeps its cached record without a system call. Made from a trusted change
+    feed's Changes plus every folder whose record has entries not to be trusted as they are."""
+
+    __slots__ = ("deep", "listed", "visit")
+
+    def __init__(self, listed: set[str], deep: set[str], old: dict[str, FolderRecord]):
+        self.listed = listed | {k for k, rec in old.items() if rec.stale}
+        self.deep = deep
+        visit: set[str] = set()
+        for key in self.listed | deep:
+            while key not in visit:
+                visit.add(key)
+                if not key:
+                    break
+                key = key.rpartition("/")[0]
+        self.visit = visit
+
+
 class ScanState:
     def __init__(
         self,
@@ -85,6 +108,12 @@ class ScanState:
         self.counts: dict[str, int] = {}  # tree digest -> files under it
         self.live: dict[str, bytes] = {}  # file digest -> a path with that content
         self.new_trees: list[bytes] = []  # tree blobs to write, children first
+        self.batch = None  # the checkpoint's blobstore.Batch (None: only hash)
+        # Folders an incremental scan found gone or replaced (their records, and those below,
+        # are dropped from `new`).
+        self.gone: set[str] = set()
+        self.listed = 0  # folders listed and stat-ed
+        self.incremental = False
         self.freshen: list[str] = []
         self.root = ""
         self.files = self.dirs = self.links = self.bytes_total = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agents.blobstore import BlobStore
@@ -115,6 +116,25 @@ class TreeReader:
             self._cache.clear()
         self._cache[digest] = entries
         return entries
+
+    def warm(self, tree: str, skip: dict[str, Any], workers: int) -> None:
+        """Read the trees under `tree` (not those in `skip`, nor below them) a level at a time,
+        in `workers` threads: over a network (the S3 store) one round trip per level instead of
+        one per tree. A tree that cannot be read is left for `get` to report."""
+        level, seen = [tree], set()
+        with ThreadPoolExecutor(workers) as pool:
+            while level:
+                todo = [d for d in level if d not in skip and d not in seen]
+                seen.update(todo)
+                level = []
+                for entries in pool.map(self._get_quietly, todo):
+                    level += [e["h"] for e in (entries or {}).values() if e["t"] == "d"]
+
+    def _get_quietly(self, digest: str) -> dict[str, Any] | None:
+        try:
+            return self.get(digest)
+        except Exception:
+            return None
 
     def forget(self, digest: str) -> None:
         """Drop a tree the store no longer holds."""

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from agents.blobstore import BlobStore
+from agents import blobstore
 from agents.management.base import fail, id_arg
 from agents.models import Artifact
 
@@ -23,7 +23,7 @@ class Command(BaseCommand):
         except Artifact.DoesNotExist:
             raise fail(f"no artifact with id {o['artifact_id']}") from None
         try:
-            data = BlobStore().get(artifact.blob_hash)
+            data = blobstore.configured().get(artifact.blob_hash)
         except FileNotFoundError:
             raise fail(
                 f"artifact {artifact.pk}'s blob {artifact.blob_hash} is missing from the store (run verify_store)"

@@ -2,23 +2,31 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from agents.blobstore import BlobStore
+from agents import blobstore
 from agents.checkpoints import protected_originals
 from agents.management.base import fail
-from agents.models import Artifact, Checkpoint
-from agents.workspaces import store as snapshots
+from agents.management.commands.prune_store import kept_trees
+from agents.models import Artifact
+from agents.snapshots import Snapshots
 
 
 class Command(BaseCommand):
     help = (
-        "Check that every checkpoint's, artifact's and protected file's blobs exist and match "
-        "their hash."
+        "Check that every checkpoint's, run workspace's, artifact's and protected file's blobs "
+        "exist and match their hash."
     )
 
     def handle(self, *args, **o):
-        trees = list(Checkpoint.objects.values_list("tree", flat=True).distinct())
-        problems = snapshots().verify(trees)
-        store = BlobStore()
+        try:
+            self._verify()
+        except blobstore.BlobStoreUnavailable as e:
+            raise fail(str(e)) from None
+
+    def _verify(self):
+        trees = kept_trees()
+        store = blobstore.configured()
+        store.check_ready()  # also when there is nothing to check
+        problems = Snapshots(store).verify(trees)
         artifacts = protected = 0
         with store.lock():
             for pk, blob in Artifact.objects.values_list("pk", "blob_hash").iterator():
@@ -35,5 +43,5 @@ class Command(BaseCommand):
             raise fail(f"{len(problems)} problem(s) in the store")
         self.stdout.write(
             f"store OK: {len(trees)} checkpoint tree(s), {artifacts} artifact(s), "
-            f"{protected} protected file(s)"
+            f"{protected} protected file(s) ({store.describe()})"
         )
