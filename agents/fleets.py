@@ -1,0 +1,91 @@
+"""Fleets, the read side: a run's descendants and what the whole tree has spent.
+
+A run spawned by another run's `spawn_runs` call has `parent` set and `depth` one more than its
+parent's. Depth is bounded (SHIFTLOG_FLEET_MAX_DEPTH), so a tree is read one level per query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import F, Sum
+
+from agents.models import LIVE_STATUSES, FleetChild, Run
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """A run's own spend plus every descendant's."""
+
+    tokens: int
+    cost_usd: Decimal
+
+    def as_json(self) -> dict:
+        return {"tokens": self.tokens, "cost_usd": str(self.cost_usd)}
+
+
+def descendant_ids(run: Run) -> list[int]:
+    """Ids of every run below `run`, level by level (children first, then theirs)."""
+    found: list[int] = []
+    level = [run.pk]
+    while level:
+        level = list(Run.objects.filter(parent_id__in=level).values_list("pk", flat=True))
+        found.extend(level)
+    return found
+
+
+def rollup(run: Run) -> Rollup:
+    """`run`'s tokens and dollars plus those of all its descendants."""
+    ids = [run.pk, *descendant_ids(run)]
+    sums = Run.objects.filter(pk__in=ids).aggregate(
+        tokens=Sum(
+            F("input_tokens")
+            + F("output_tokens")
+            + F("cache_read_tokens")
+            + F("cache_write_tokens")
+        ),
+        cost=Sum("cost_usd"),
+    )
+    cost = Decimal(sums["cost"] or 0).quantize(Decimal("0.000001"))
+    return Rollup(tokens=int(sums["tokens"] or 0), cost_usd=cost)
+
+
+@dataclass(frozen=True)
+class WaitState:
+    """Where a parent's wait for its latest spawn's children stands."""
+
+    over: bool
+    reason: str
+    children: list[dict]  # [{"run_id", "status"}] of that spawn, in order
+    tool_use_id: str = ""
+
+
+def latest_spawn(run: Run) -> list[FleetChild]:
+    """The children of the run's latest spawn_runs call, in the call's order."""
+    last = FleetChild.objects.filter(parent=run).order_by("-pk").first()
+    if last is None:
+        return []
+    return list(
+        FleetChild.objects.filter(parent=run, tool_use_id=last.tool_use_id)
+        .select_related("child")
+        .order_by("index")
+    )
+
+
+def wait_state(run: Run) -> WaitState:
+    """Whether the run's wait is over: every child of its latest spawn ended (wait "all"), or
+    one of them (wait "any")."""
+    spawned = latest_spawn(run)
+    if not spawned:
+        return WaitState(True, "it has no children to wait for", [])
+    children = [{"run_id": f.child_id, "status": f.child.status} for f in spawned]
+    ended = [c for c in children if c["status"] not in LIVE_STATUSES]
+    wait = spawned[0].wait
+    if wait == "any":
+        over = bool(ended)
+        reason = f"child run {ended[0]['run_id']} ended ({ended[0]['status']})" if over else ""
+    else:
+        over = len(ended) == len(children)
+        reason = f"all {len(children)} child runs ended" if over else ""
+    return WaitState(over, reason, children, spawned[0].tool_use_id)
