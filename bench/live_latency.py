@@ -84,7 +84,7 @@ from benchlib import (  # bench/benchlib.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TARGETS = {"embedded": {"p50": 50.0, "p99": 200.0}, "redis": {"p50": 15.0}}
+TARGETS = {"embedded": {"p50": 50.0, "p99": 150.0}, "redis": {"p50": 30.0, "p99": 100.0}}
 PAGE_TARGET_MS = 200.0
 MODE_LABEL = {
     "embedded": "embedded (SQLite, in-memory layer)",
@@ -92,6 +92,10 @@ MODE_LABEL = {
 }
 SEQ_RE = re.compile(r'data-seq="(\d+)"')
 ASGI_APP = "dashboard.asgi:application"
+# The reference: a plain fan-out of the same events to the same viewers (bench/live/plain.py).
+PLAIN_ASGI = "bench.live.plain:application"
+METRICS_TOKEN = uuid.uuid4().hex  # daphne's /metrics, for its fan-out counters
+LIVE_STATS = ("batches", "events", "renders", "frames", "queued")
 CHILD_TIMEOUT = 420  # seconds one child may take before it is stopped
 
 
@@ -158,6 +162,7 @@ def _setup_django(
             "SHIFTLOG_DEBUG": "false",
             "SHIFTLOG_LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            "SHIFTLOG_METRICS_TOKEN": METRICS_TOKEN,
         }
     )
     if database_url:
@@ -257,6 +262,18 @@ def _start_daphne(children: Children, app: str) -> tuple[int, subprocess.Popen]:
             conn.close()
         time.sleep(0.2)
     raise RuntimeError(f"daphne did not answer /healthz in 30 s:\n{children.log(daphne)}")
+
+
+def _live_stats(port: int) -> dict[str, float]:
+    """daphne's fan-out counters so far (dashboard.fanout.viewers.stats, through /metrics)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    found = dict(re.findall(r"^shiftlog_live_(\w+)_total (\S+)$", text, re.MULTILINE))
+    return {name: float(found.get(name, 0)) for name in LIVE_STATS}
 
 
 def _in_child(body, args: argparse.Namespace) -> dict:
@@ -378,6 +395,12 @@ async def _watch(args, children, port, cookie, run_id, session_id, start_seq, da
                 return_when=asyncio.FIRST_COMPLETED,
             )
         connect_load = os.getloadavg()[0]
+        stats_start = await asyncio.to_thread(_live_stats, port)
+        # daphne idle with the viewers connected (the tail's polls): its CPU over a second,
+        # subtracted from the CPU per event below.
+        idle_start = (time.monotonic(), _cpu_seconds(daphne.pid))
+        await asyncio.sleep(1.0)
+        idle_end = (time.monotonic(), _cpu_seconds(daphne.pid))
         cpu_start = (time.monotonic(), _cpu_seconds(daphne.pid), time.process_time())
         out_path = children.folder / "worker-result.json"
         worker = children.spawn(
@@ -414,6 +437,7 @@ async def _watch(args, children, port, cookie, run_id, session_id, start_seq, da
         cpu_end = (time.monotonic(), _cpu_seconds(daphne.pid), time.process_time())
         # Let the last events arrive (bounded): every viewer stops once it has them all.
         await asyncio.wait(tasks, timeout=args.drain_seconds)
+        stats_end = await asyncio.to_thread(_live_stats, port)
     finally:
         for t in tasks:
             t.cancel()
@@ -447,9 +471,11 @@ async def _watch(args, children, port, cookie, run_id, session_id, start_seq, da
             slowest_viewer.append(worst)
     span = work["commits"][-1]["t"] - work["commits"][0]["t"]
     window = cpu_end[0] - cpu_start[0]
-    daphne_cpu = (
-        (cpu_end[1] - cpu_start[1]) / window if None not in (cpu_start[1], cpu_end[1]) else None
-    )
+    daphne_cpu_s = idle_share = None
+    if None not in (cpu_start[1], cpu_end[1], idle_start[1], idle_end[1]):
+        daphne_cpu_s = cpu_end[1] - cpu_start[1]
+        idle_share = (idle_end[1] - idle_start[1]) / (idle_end[0] - idle_start[0])
+    fanned = {k: stats_end[k] - stats_start[k] for k in LIVE_STATS}
     return {
         "viewers": args.viewer_count,
         "history": args.history,
@@ -470,8 +496,20 @@ async def _watch(args, children, port, cookie, run_id, session_id, start_seq, da
         "messages": messages[0],
         "received_bytes": received_bytes[0],
         "load_at_connect": connect_load,
-        # Share of one core while the worker ran (its start-up included).
-        "daphne_cpu": daphne_cpu,
+        # Share of one core while the worker ran (its start-up included), and per event
+        # committed meanwhile (every event of the run, the warm-up's included).
+        "daphne_cpu": daphne_cpu_s / window if daphne_cpu_s is not None else None,
+        # Above idle, per event: what the events cost daphne.
+        "daphne_idle_cpu": idle_share,
+        "daphne_cpu_ms_per_event": (
+            max(0.0, daphne_cpu_s - idle_share * window) * 1000 / len(expected)
+            if daphne_cpu_s is not None
+            else None
+        ),
+        # daphne's fan-out (Shiftlog's app only): renders per event fanned out, frames sent
+        # straight to a socket, batches a socket took through its own channel.
+        "fanout": fanned,
+        "renders_per_batch": (fanned["renders"] / fanned["batches"] if fanned["batches"] else None),
         "viewers_cpu": (cpu_end[2] - cpu_start[2]) / window,
     }
 
@@ -836,21 +874,75 @@ def _versions() -> str:
     return ", ".join(out)
 
 
-def _latency_row(mode: str, r: dict) -> tuple[str, bool]:
-    lat = r["latency_ms"]
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _summarise(runs: list[dict]) -> dict:
+    """Medians over the repeats of one (mode, viewers, app); lost summed."""
+    lat = [r["latency_ms"] for r in runs]
+    return {
+        "repeats": len(runs),
+        "p50_ms": _median([x["p50"] for x in lat]),
+        "p99_ms": _median([x["p99"] for x in lat]),
+        "max_ms": max((x["max"] for x in lat if x["max"] is not None), default=None),
+        "lost": sum(r["lost"] for r in runs) if runs else None,
+        "events": runs[0]["events"] if runs else 0,
+        "daphne_cpu_share": _median([r["daphne_cpu"] for r in runs]),
+        "daphne_cpu_ms_per_event": _median([r["daphne_cpu_ms_per_event"] for r in runs]),
+        "renders_per_batch": _median([r["renders_per_batch"] for r in runs]),
+        "frames_per_event": _median(
+            [r["messages"] / r["events_total"] / r["viewers"] for r in runs]
+        ),
+        "runs_p50_ms": [x["p50"] for x in lat],
+        "runs_p99_ms": [x["p99"] for x in lat],
+    }
+
+
+def _latency_row(mode: str, viewers: int, app: str, s: dict) -> tuple[str, bool]:
     target = TARGETS[mode]
-    met = r["lost"] == 0 and all(
-        lat[k] is not None and lat[k] <= limit for k, limit in target.items()
+    judged = app == "shiftlog"
+    met = (
+        bool(s["repeats"])
+        and s["lost"] == 0
+        and all(s[f"{k}_ms"] is not None and s[f"{k}_ms"] <= limit for k, limit in target.items())
     )
-    wanted = ", ".join(f"{k} ≤ {v:g}" for k, v in target.items())
-    history = f" (run with {r['history']} sessions)" if r.get("history") else ""
+    wanted = ", ".join(f"{k} ≤ {v:g}" for k, v in target.items()) if judged else "reference"
+    verdict = ("MET" if met else "NOT MET") if judged else "-"
+    what = "event commit → fragment" if judged else "plain fan-out (reference)"
     row = (
-        f"| event commit → fragment{history} | {MODE_LABEL[mode]} | {r['viewers']} "
-        f"| {r['events']:,} "
-        f"| {_ms(lat['p50'])} | {_ms(lat['p99'])} | {_ms(lat['max'])} | {r['lost']} "
-        f"| {wanted} | {'MET' if met else 'NOT MET'} |"
+        f"| {what} | {MODE_LABEL[mode]} | {viewers} | {s['events']:,} x {s['repeats']} "
+        f"| {_ms(s['p50_ms'])} | {_ms(s['p99_ms'])} | {_ms(s['max_ms'])} | {s['lost']} "
+        f"| {_ms(s['daphne_cpu_ms_per_event'])} | {wanted} | {verdict} |"
     )
     return row, met
+
+
+def _latency_detail(label: str, r: dict, args: argparse.Namespace) -> str:
+    lat, every, fan = r["latency_ms"], r["all_viewers_ms"], r["fanout"]
+    return (
+        f"- {label}: {r['commits']} commits ({r['events_total']} events, first "
+        f"{args.warmup} commits not counted) at {r['rate_commits_per_s'] or 0:.1f} commits/s; "
+        f"p50 {_ms(lat['p50'])} ms, p99 {_ms(lat['p99'])} ms, mean {_ms(lat['mean'])} ms; "
+        f"last viewer to get an event: p50 {_ms(every['p50'])} ms, p99 {_ms(every['p99'])} ms; "
+        f"{r['messages']:,} messages, {r['received_bytes'] / 1e6:.1f} MB received; worker: "
+        f"append start → COMMIT p50 {_ms(r['db_ms']['p50'])} ms, COMMIT → append returned p50 "
+        f"{_ms(r['after_commit_ms']['p50'])} ms; daphne {_pct(r['daphne_cpu'])} of a core, "
+        f"{_ms(r['daphne_cpu_ms_per_event'])} ms CPU per event; fan-out: {fan['batches']:.0f} "
+        f"batches, {fan['renders']:.0f} renders, {fan['frames']:.0f} frames sent straight, "
+        f"{fan['queued']:.0f} through a socket's channel; viewers' process "
+        f"{_pct(r['viewers_cpu'])}; load {r['load_before'][0]:.2f} before, "
+        f"{r['load_at_connect']:.2f} at start, {r['load_after'][0]:.2f} after; child "
+        f"{r['wall_s']:.0f} s"
+        + (f"; {r['negative']} negative samples (clock?)" if r["negative"] else "")
+        + (
+            f"; {r['closed_early_count']} socket(s) closed by the server early "
+            f"({', '.join(r['closed_early'])})"
+            if r["closed_early_count"]
+            else ""
+        )
+    )
 
 
 def parent(args: argparse.Namespace) -> int:
@@ -884,47 +976,35 @@ def parent(args: argparse.Namespace) -> int:
         "--warmup", str(args.warmup), "--drain-seconds", str(args.drain_seconds),
         "--history", str(args.history),
     ]  # fmt: skip
+    apps = [("shiftlog", args.asgi)] + ([] if args.no_reference else [("plain", PLAIN_ASGI)])
+    figures: dict = {}
     for mode in modes:
         for n in viewer_counts:
-            label = f"{mode}, {n} viewer(s), {args.commits} commits"
-            try:
-                r = _run_child(
-                    "latency", mode, [*common, "--viewer-count", str(n)], label, args.asgi
-                )
-            except Exception as e:
-                failures.append(f"{label}: {e}")
-                rows.append(f"| event commit → fragment | {MODE_LABEL[mode]} | {n} | FAILED |")
-                all_met = False
-                continue
-            row, met = _latency_row(mode, r)
-            all_met &= met
-            rows.append(row)
-            lat, every = r["latency_ms"], r["all_viewers_ms"]
-            details.append(
-                f"- {mode}, {n} viewer(s): {r['commits']} commits ({r['events_total']} events, "
-                f"first {args.warmup} commits not counted) at "
-                f"{r['rate_commits_per_s'] or 0:.1f} commits/s; {r['samples']:,} samples, mean "
-                f"{_ms(lat['mean'])} ms; last viewer to get an event: p50 "
-                f"{_ms(every['p50'])} ms, p99 {_ms(every['p99'])} ms; "
-                f"{r['messages']:,} messages, {r['received_bytes'] / 1e6:.1f} MB received; "
-                f"worker: append start → COMMIT p50 {_ms(r['db_ms']['p50'])} ms (max "
-                f"{_ms(r['db_ms']['max'])}), COMMIT → append returned p50 "
-                f"{_ms(r['after_commit_ms']['p50'])} ms (max {_ms(r['after_commit_ms']['max'])}); "
-                f"CPU while the worker ran: daphne {_pct(r['daphne_cpu'])} of a core, the "
-                f"viewers' process {_pct(r['viewers_cpu'])}; load {r['load_before'][0]:.2f} "
-                f"before, {r['load_at_connect']:.2f} at start, {r['load_after'][0]:.2f} after; "
-                f"child {r['wall_s']:.0f} s"
-                + (f"; {r['negative']} negative samples (clock?)" if r["negative"] else "")
-                + (
-                    f"; {r['closed_early_count']} socket(s) closed by the server early "
-                    f"({', '.join(r['closed_early'])})"
-                    if r["closed_early_count"]
-                    else ""
-                )
-            )
-            if r["daphne_log"].strip():
-                logs.append(f"daphne log, {mode}, {n} viewer(s) (last lines):\n{r['daphne_log']}")
+            got: dict[str, list[dict]] = {name: [] for name, _ in apps}
+            for rep in range(args.repeat):
+                # Interleaved: Shiftlog and the reference take turns going first.
+                for name, app in apps if rep % 2 == 0 else apps[::-1]:
+                    label = f"{mode}, {n} viewer(s), {args.commits} commits, {name} #{rep + 1}"
+                    try:
+                        r = _run_child(
+                            "latency", mode, [*common, "--viewer-count", str(n)], label, app
+                        )
+                    except Exception as e:
+                        failures.append(f"{label}: {e}")
+                        continue
+                    got[name].append(r)
+                    details.append(_latency_detail(f"{mode}, {n} viewer(s), {name}", r, args))
+                    if r["daphne_log"].strip():
+                        logs.append(f"daphne log, {label} (last lines):\n{r['daphne_log']}")
+            for name, _ in apps:
+                summary = _summarise(got[name])
+                figures.setdefault(mode, {}).setdefault(str(n), {})[name] = summary
+                row, met = _latency_row(mode, n, name, summary)
+                if name == "shiftlog":
+                    all_met &= met
+                rows.append(row)
     page_rows = []
+    pages: dict = {}
     if not args.no_page:
         page_args = [
             "--page-events", str(args.page_events), "--page-sessions", str(args.page_sessions),
@@ -947,13 +1027,16 @@ def parent(args: argparse.Namespace) -> int:
                     judged = key == "http_ms" and p["label"] == "events only"
                     if judged:
                         all_met &= met
+                        pages.setdefault(mode, {})[p["label"]] = {
+                            "p50_ms": s["p50"], "p99_ms": s["p99"], "met": met,
+                        }  # fmt: skip
                     verdict = ("MET" if met else "NOT MET") if judged else (
                         "(met)" if met else "(not met)"
                     )  # fmt: skip
                     page_rows.append(
                         f"| GET /runs/<id>/, {how}, {p['label']} | {MODE_LABEL[mode]} | - "
                         f"| {p['events']:,} | {_ms(s['p50'])} | {_ms(s['p99'])} "
-                        f"| {_ms(s['max'])} | - | p50 ≤ {PAGE_TARGET_MS:g} | {verdict} |"
+                        f"| {_ms(s['max'])} | - | - | p50 ≤ {PAGE_TARGET_MS:g} | {verdict} |"
                     )
                 made = (
                     f"{p['events']:,} events made in {p['fill_s']:.1f} s"
@@ -981,14 +1064,16 @@ def parent(args: argparse.Namespace) -> int:
         f"- latency: one worker process, a commit every {args.interval_ms} ms "
         "([model.turn, tool.call], then [tool.result]), one daphne, the viewers in one "
         "asyncio process; latency = time.time() at receive - time.time() when the worker's "
-        f"COMMIT returned; daphne app {args.asgi}"
+        f"COMMIT returned; daphne app {args.asgi}; the reference: {PLAIN_ASGI} (the same "
+        f"feed, one small frame per batch to every socket); medians of {args.repeat} "
+        "interleaved repeats"
     )
     print()
     print(
-        "| measurement | mode | viewers | events | p50 ms | p99 ms | max ms | lost | target "
-        "| met? |"
+        "| measurement | mode | viewers | events x repeats | p50 ms | p99 ms | max ms | lost "
+        "| daphne CPU ms/event | target | met? |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows + page_rows:
         print(row)
     print()
@@ -1014,6 +1099,23 @@ def parent(args: argparse.Namespace) -> int:
     print()
     verdict = ("yes" if all_met else "no") if rows or page_rows else "nothing was measured"
     print(f"all targets met: {verdict}; benchmark total time: {total:.0f} s")
+    if args.json:
+        summary = {
+            "benchmark": "live_latency",
+            "machine": machine(),
+            "load_average_start": list(load_start),
+            "load_average_end": list(os.getloadavg()),
+            "commits": args.commits,
+            "interval_ms": args.interval_ms,
+            "repeats": args.repeat,
+            "targets": TARGETS,
+            # latency[mode][viewers]["shiftlog" | "plain"]: medians over the repeats
+            "latency": figures,
+            "run_page": pages,
+            "all_met": all_met if rows or page_rows else None,
+            "failures": len(failures),
+        }
+        print(json.dumps(summary))  # the last line: one JSON object
     return 0 if not failures else 1
 
 
@@ -1033,6 +1135,13 @@ def main() -> int:
         help="latency runs: give the watched run N earlier sessions and checkpoints first",
     )
     parser.add_argument("--no-page", action="store_true", help="skip the run page measurement")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="latency runs per case, interleaved (default 3)"
+    )
+    parser.add_argument(
+        "--no-reference", action="store_true", help="skip the plain fan-out reference runs"
+    )
+    parser.add_argument("--json", action="store_true", help="last line: the figures as JSON")
     parser.add_argument("--page-events", type=int, default=100_000)
     parser.add_argument(
         "--page-sessions",
@@ -1065,13 +1174,15 @@ def main() -> int:
     defaults = {
         "viewers": "1,10" if quick else "1,100",
         "commits": 100 if quick else 300,
-        "warmup": 10 if quick else 20,
+        "repeat": 1 if quick else 3,
         "page_sessions": 0 if quick else 800,
         "page_requests": 10 if quick else 30,
     }
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.warmup is None:  # a tenth of the commits, at most 20: --commits 10 works too
+        args.warmup = min(20, args.commits // 10)
     if args.commits <= args.warmup:
         parser.error("--commits must be more than --warmup")
     if args.worker:

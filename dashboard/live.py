@@ -68,12 +68,17 @@ class RenderCache:
         hundred trips behind one another on that one thread)."""
         if key in self.items:
             return self.items[key]
+        return await self.ashare(key, lambda: self.get_or_render(key, render))
+
+    async def ashare(self, key: Any, render):
+        """One call of `render` in the database thread for every socket that asks with the same
+        key while it runs (not kept after: a catch-up read from the database, say)."""
         pending = self.rendering.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
         pending = self.rendering[key] = asyncio.get_running_loop().create_future()
         try:
-            html = await database_sync_to_async(self.get_or_render)(key, render)
+            html = await database_sync_to_async(render)()
         except BaseException as e:
             pending.set_exception(e)
             pending.exception()  # retrieved: no "never retrieved" warning when nobody waits

@@ -1,0 +1,258 @@
+"""The live fan-out (dashboard.fanout): a run's batch is rendered once per permission set
+present among its viewers, never once per viewer, and every viewer still gets exactly its own
+set's fragment, each event once, in order, nothing lost: in one process, and with two real
+daphne processes on the same run (with Redis each listens once and fans out to its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import urllib.request
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from agents import eventlog, services
+from dashboard import fanout, stream
+from tests.conftest import make_run
+from tests.procs import Procs
+from tests.test_dashboard_consumers import as_user, receive_until, seqs
+from tests.test_serve import free_port
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+append = database_sync_to_async(eventlog.append)
+
+
+def test_a_batch_is_rendered_once_per_permission_set_and_each_viewer_gets_its_own(owner, viewer):
+    """Six viewers who control the run (its owner) and six who may only watch: each batch is
+    rendered at most twice, sent straight to all twelve, and only the owner's get the buttons."""
+    run = make_run(created_by=owner)
+    start = run.last_seq
+
+    async def go():
+        users = [owner] * 6 + [viewer] * 6
+        comms = [
+            WebsocketCommunicator(as_user(u), f"/ws/live/runs/{run.pk}/?after={start}")
+            for u in users
+        ]
+        for c in comms:
+            assert (await c.connect())[0]
+        await asyncio.sleep(0.3)  # with Redis, the run's own first events may still be in flight
+        before = dict(fanout.viewers.stats)
+        for i in range(4):
+            await append(run.pk, "human.note", {"text": f"note <i>{i}</i>"}, actor="user:olivia")
+        await database_sync_to_async(services.pause_run)(run.pk, actor="user:olivia")
+        last = await database_sync_to_async(lambda: type(run).objects.get(pk=run.pk).last_seq)()
+        want = list(range(start + 1, last + 1))
+        got = []
+        for c in comms:
+            got.append(await receive_until(c, lambda t: last in seqs(t), timeout=10))
+        stats = {k: fanout.viewers.stats[k] - before.get(k, 0) for k in fanout.viewers.stats}
+        for user, html in zip(users, got, strict=True):
+            assert seqs(html) == want, (user, seqs(html))  # each once, in order, none lost
+            assert "note &lt;i&gt;0&lt;/i&gt;" in html and "<i>0</i>" not in html  # escaped
+            if user == owner:
+                assert re.search(r"/runs/\d+/resume\b", html), "the owner's header has Resume"
+            else:
+                assert not re.search(r"/runs/\d+/(resume|pause|cancel)\b", html), html
+        # One render per permission set per batch, however many viewers; all sent straight.
+        assert stats["events"] == len(want)
+        assert 1 <= stats["batches"] <= len(want)
+        assert stats["batches"] <= stats["renders"] <= 2 * stats["batches"], stats
+        assert stats["frames"] == 12 * stats["batches"], stats
+        assert stats.get("queued", 0) == 0, stats
+        for c in comms:
+            assert await c.receive_nothing(timeout=0.2)
+            await c.disconnect()
+        assert run.pk not in fanout.viewers.by_run  # the sockets left the registry
+
+    async_to_sync(go)()
+
+
+def test_a_viewer_who_may_not_see_the_run_gets_nothing_of_it(owner, outsider):
+    run = make_run(created_by=owner)
+
+    async def go():
+        watcher = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
+        assert (await watcher.connect())[0]
+        refused = WebsocketCommunicator(as_user(outsider), f"/ws/live/runs/{run.pk}/?after=0")
+        assert not (await refused.connect())[0]
+        header = WebsocketCommunicator(as_user(outsider), "/ws/live/")
+        assert (await header.connect())[0]
+        await append(run.pk, "human.note", {"text": "private"})
+        await receive_until(watcher, lambda t: "private" in t)
+        assert await header.receive_nothing(timeout=0.5)
+        assert all(s.user == owner for s in fanout.viewers.by_run[run.pk])
+        await watcher.disconnect()
+        await header.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_a_socket_still_catching_up_gets_live_batches_in_order_after_it(owner):
+    """A socket registers before its catch-up reads the database: what is committed meanwhile
+    waits on its own channel and follows the catch-up, each event once."""
+    run = make_run(created_by=owner)
+
+    async def go():
+        first = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
+        assert (await first.connect())[0]
+        await receive_until(first, lambda t: run.last_seq in seqs(t))
+        writer = asyncio.ensure_future(notes(run.pk, 30))
+        late = []
+        for _ in range(3):  # sockets that join while events are being committed
+            await asyncio.sleep(0.05)
+            c = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
+            assert (await c.connect())[0]
+            late.append(c)
+        last = await writer
+        for c in [first, *late]:
+            html = await receive_until(c, lambda t: last in seqs(t), timeout=15)
+            assert seqs(html) == list(range(1 if c in late else run.last_seq + 1, last + 1))
+            await c.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_viewers_who_all_missed_a_batch_share_one_catch_up(owner):
+    """A batch lost for every viewer (the feed stopped) is read from the database once for all
+    the viewers at the same seq with the same rights, not once each."""
+    from tests.test_dashboard_consumers import stop_delivery
+
+    run = make_run(created_by=owner)
+    start = run.last_seq
+
+    async def go():
+        comms = [
+            WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+            for _ in range(10)
+        ]
+        for c in comms:
+            assert (await c.connect())[0]
+        await asyncio.sleep(0.3)
+        restore = stop_delivery()
+        try:
+            await append(run.pk, "human.note", {"text": "lost"})
+            second = await append(run.pk, "human.note", {"text": "arrives"})
+        finally:
+            restore()
+        before = fanout.viewers.stats["catch_up_reads"]
+        values = await database_sync_to_async(
+            lambda: (
+                type(second)
+                .objects.filter(pk=second.pk)
+                .values(*stream.EVENT_FIELDS, "run__created_by_id")[0]
+            )
+        )()
+        await fanout.publish(get_channel_layer(), [values])
+        for c in comms:
+            html = await receive_until(c, lambda t: start + 2 in seqs(t))
+            assert seqs(html) == [start + 1, start + 2]
+        reads = fanout.viewers.stats["catch_up_reads"] - before
+        assert 1 <= reads <= 2, reads  # ten without sharing
+        for c in comms:
+            await c.disconnect()
+
+    async_to_sync(go)()
+
+
+async def notes(run_id: int, count: int) -> int:
+    last = 0
+    for i in range(count):
+        last = (await append(run_id, "human.note", {"text": f"n{i}"})).seq
+        await asyncio.sleep(0.01)
+    return last
+
+
+@pytest.mark.slow
+def test_two_daphne_processes_each_render_once_per_permission_set(owner, viewer, tmp_path):
+    """Two real web processes watching one run (in the embedded mode each tails the log; with
+    Redis each listens to the hub once): every viewer on either gets every event once, in order,
+    its own set's fragment, and each process renders a batch at most once per set."""
+    from websockets.asyncio.client import connect
+
+    run = make_run(created_by=owner)
+    start = run.last_seq
+    procs = Procs(tmp_path)
+    token = "fanout-test-token"
+    cookies = {}
+    for user in (owner, viewer):
+        client = Client()
+        client.force_login(user)
+        cookies[user.pk] = client.cookies["sessionid"].value
+    ports = [free_port(), free_port()]
+    for i, port in enumerate(ports):
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        procs.spawn(
+            f"daphne-{i}",
+            [*argv, "dashboard.asgi:application"],
+            procs.env(SHIFTLOG_METRICS_TOKEN=token, SHIFTLOG_LOG_LEVEL="WARNING"),
+        )
+
+    def metrics(port: int) -> dict[str, float]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as r:
+            text = r.read().decode()
+        return {
+            k: float(v) for k, v in re.findall(r"^shiftlog_live_(\w+)_total (\S+)$", text, re.M)
+        }
+
+    async def go():
+        for port in ports:
+            await wait_up(port)
+        sockets = []
+        for port in ports:
+            for user in [owner] * 3 + [viewer] * 3:
+                ws = await connect(
+                    f"ws://127.0.0.1:{port}/ws/live/runs/{run.pk}/?after={start}",
+                    origin=f"http://127.0.0.1:{port}",
+                    additional_headers={"Cookie": f"sessionid={cookies[user.pk]}"},
+                    proxy=None,
+                )
+                sockets.append((user, ws))
+        last = await notes(run.pk, 20)
+        await database_sync_to_async(services.pause_run)(run.pk, actor="user:olivia")
+        last += 1
+        for user, ws in sockets:
+            text = ""
+            while last not in seqs(text):
+                text += await asyncio.wait_for(ws.recv(), timeout=15)
+            assert seqs(text) == list(range(start + 1, last + 1)), (user, seqs(text))
+            has_buttons = bool(re.search(r"/runs/\d+/resume\b", text))
+            assert has_buttons is (user == owner)
+            await ws.close()
+        for port in ports:
+            stats = await asyncio.to_thread(metrics, port)
+            assert stats["events"] == last - start, stats
+            assert stats["batches"] <= stats["renders"] <= 2 * stats["batches"], stats
+            # Each batch reached each of the six sockets: straight, through its channel, or
+            # already read from the log by a catch-up that raced the fan-out.
+            delivered = stats["frames"] + stats["queued"] + stats["held"]
+            assert delivered >= 6 * stats["batches"], stats
+
+    try:
+        async_to_sync(go)()
+    finally:
+        procs.close()
+
+
+async def wait_up(port: int, timeout: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
