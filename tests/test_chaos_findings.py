@@ -1,0 +1,274 @@
+"""What the chaos soak (bench/chaos.py) found, each held by a test: a queue that cannot be reached
+or that lost what it held must not lose a run or a person's rewind, and a worker that dies after a
+run's checks passed must not turn its success into a failure."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from huey import RedisHuey
+
+from agents import checkpoints, jobs, reaper, services
+from agents.models import Event, Run, RunStatus
+from tests.conftest import drive_until_idle, run_queued
+
+pytestmark = pytest.mark.django_db
+SCRIPT = {
+    "name": "s",
+    "turns": [{"text": "Done.", "tool_calls": [{"name": "finish", "input": {}}]}],
+}
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def drain_queue() -> list[tuple[str, dict]]:
+    from huey.contrib.djhuey import HUEY
+
+    tasks = []
+    while (task := HUEY.dequeue()) is not None:
+        tasks.append((task.name, task.kwargs))
+    return tasks
+
+
+@pytest.fixture
+def reap(django_capture_on_commit_callbacks):
+    """The reaper's pass, with what it queues sent as after a commit."""
+
+    def one_pass(**kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return reaper.reap(**kwargs)
+
+    return one_pass
+
+
+@pytest.fixture
+def fresh_queue():
+    """The tests' in-memory queue, emptied, with the reaper's mark in place (a queue that has
+    been up all along)."""
+    from huey.contrib.djhuey import HUEY
+
+    HUEY.storage.flush_all()
+    assert reaper.queue_was_emptied()  # the first look sets the mark
+    yield HUEY
+    HUEY.storage.flush_all()
+
+
+def test_a_slice_that_cannot_be_queued_is_logged_and_left_for_the_reapers_next_pass(
+    caplog, fresh_queue, reap
+):
+    run = services.create_run(goal="g", checks=["true"], script=SCRIPT)
+    drain_queue()
+    # A real Redis client, against a port where no Redis is: what a restarting Redis looks like.
+    down = RedisHuey("shiftlog-down", url=f"redis://127.0.0.1:{closed_port()}/0")
+    task = down.task(name="run_slice")(lambda run_id: None)
+    with caplog.at_level(logging.WARNING, logger="agents.jobs"):
+        assert jobs.send("run_slice", task, {"run_id": run.pk}) is False
+    assert "could not queue run_slice" in caplog.text
+    assert "the reaper will queue the work again" in caplog.text
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.enqueued_at is None
+    # The reaper's next pass, seconds later (not REQUEUE_AFTER_SECONDS), queues it.
+    assert reap() == [run.pk]
+    assert ("run_slice", {"run_id": run.pk}) in drain_queue()
+    # A queue that answers: sent, nothing marked.
+    assert jobs.send("run_slice", jobs._task("run_slice"), {"run_id": run.pk}) is True
+    assert drain_queue() == [("run_slice", {"run_id": run.pk})]
+
+
+def test_a_queue_that_lost_everything_has_every_unleased_run_queued_again_at_once(
+    fresh_queue, reap
+):
+    run = services.create_run(goal="g", checks=["true"], script=SCRIPT)
+    ten_seconds_ago = timezone.now() - timedelta(seconds=10)
+    Run.objects.filter(pk=run.pk).update(enqueued_at=ten_seconds_ago)
+    drain_queue()
+    # The queue kept its mark: a run queued ten seconds ago is trusted to be in it.
+    assert reap() == []
+    # The queue restarts empty (Redis without persistence): the mark is gone with the tasks.
+    fresh_queue.storage.flush_all()
+    assert reap() == [run.pk]
+    assert drain_queue() == [("run_slice", {"run_id": run.pk})]
+    # Once: the mark is back.
+    Run.objects.filter(pk=run.pk).update(enqueued_at=ten_seconds_ago)
+    assert reap() == []
+    # A run queued in the last moments may be in the new queue already: it waits its turn.
+    Run.objects.filter(pk=run.pk).update(enqueued_at=timezone.now())
+    fresh_queue.storage.flush_all()
+    assert reap() == []
+
+
+def test_a_rewind_whose_task_was_lost_is_asked_again_and_carried_out_once(
+    owner, fresh_queue, reap, django_capture_on_commit_callbacks
+):
+    run = drive_until_idle(services.create_demo_run(created_by=owner))  # waits for a person
+    target = run.checkpoints.get(kind="session_end")
+    drain_queue()
+    with django_capture_on_commit_callbacks(execute=True):
+        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia", note="again")
+    request = run.events.get(kind="run.rewind_requested")
+    lost = drain_queue()  # the task is lost (a worker died with it, or the queue restarted)
+    assert [name for name, _ in lost] == ["rewind_run"]
+    assert lost[0][1]["request_seq"] == request.seq
+
+    # Within its deadline, the reaper leaves it alone: its task may still be trying.
+    reap()
+    assert [n for n, _ in drain_queue()] == []
+    # Past it, with no outcome in the log, the reaper asks again.
+    later = timezone.now() + timedelta(seconds=checkpoints.REWIND_WAIT_SECONDS + 11)
+    reap(now=later)
+    reap(now=later)  # the fresh task is still queued: asked once more, not a loop
+    again = [t for t in drain_queue() if t[0] == "rewind_run"]
+    assert again and all(kw["request_seq"] == request.seq for _, kw in again)
+    with django_capture_on_commit_callbacks(execute=True):
+        for _, kw in again:  # a second copy (the old task was only slow) does nothing
+            assert jobs.body("rewind_run")(**kw)
+    run.refresh_from_db()
+    assert run.events.filter(kind="run.rewound").count() == 1
+    assert run.status == RunStatus.QUEUED and run.head_checkpoint_id == target.pk
+    assert not run.events.filter(kind="error").exists()
+    # Answered: the reaper has nothing more to ask.
+    reap(now=later + timedelta(seconds=60))
+    assert not [t for t in drain_queue() if t[0] == "rewind_run"]
+
+
+def test_after_the_queue_lost_everything_an_open_rewind_is_asked_again_at_once(
+    owner, fresh_queue, reap, django_capture_on_commit_callbacks
+):
+    run = drive_until_idle(services.create_demo_run(created_by=owner))
+    target = run.checkpoints.get(kind="session_end")
+    with django_capture_on_commit_callbacks(execute=True):
+        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia")
+    fresh_queue.storage.flush_all()  # the queue restarts empty, the task with it
+    reap()
+    assert run_queued("rewind_run")
+    assert run.events.filter(kind="run.rewound").count() == 1
+    assert Event.objects.filter(run=run, kind="run.rewind_requested").count() == 1
+
+
+def test_a_task_from_before_this_change_still_rewinds(owner, django_capture_on_commit_callbacks):
+    """Tasks queued by an older version carry no request_seq: they behave as they did."""
+    run = drive_until_idle(services.create_demo_run(created_by=owner))
+    target = run.checkpoints.get(kind="session_end")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert checkpoints.carry_out_rewind(
+            run.pk, target.pk, actor="user:olivia", note="", until=time.time() + 60
+        )
+    assert run.events.filter(kind="run.rewound").count() == 1
+
+
+class WorkerDied(BaseException):
+    """Stands for SIGKILL at one point of a slice: nothing after it runs in that worker."""
+
+
+def test_a_worker_that_dies_after_the_checks_passed_leaves_a_run_that_succeeds(monkeypatch):
+    """Found by bench/chaos.py: the checks passed and the session ended as finished, and the worker
+    died before marking the run succeeded. The next worker used to send the agent back to work
+    (its script had run out, so the run failed); it now completes the success."""
+    from agents.runtime.loop import drive
+    from agents.runtime.slice import Slice
+    from tests.conftest import finish_turn, make_run
+
+    run = make_run(turns=[finish_turn()])
+    real = Slice.transition
+
+    def dies_before_success(self, target, **kwargs):
+        if target == RunStatus.SUCCEEDED:
+            raise WorkerDied
+        return real(self, target, **kwargs)
+
+    monkeypatch.setattr(Slice, "transition", dies_before_success)
+    with pytest.raises(WorkerDied):
+        drive(run.pk)
+    monkeypatch.setattr(Slice, "transition", real)
+    run.refresh_from_db()
+    assert run.status == RunStatus.VERIFYING
+    checkpoints_before = run.checkpoints.count()
+
+    outcome = drive(run.pk)
+    run.refresh_from_db()
+    assert outcome.status == RunStatus.SUCCEEDED == run.status
+    assert "marked after its worker stopped" in run.status_reason
+    assert run.sessions.count() == 1  # no new session: the agent was done
+    assert not run.events.filter(kind="error").exists()
+    # The final checkpoint the dead worker had already taken is not taken twice.
+    assert run.checkpoints.count() == checkpoints_before
+
+
+def test_a_worker_that_dies_taking_the_final_checkpoint_leaves_a_run_that_succeeds(monkeypatch):
+    from agents.models import CheckpointKind
+    from agents.runtime.loop import drive
+    from agents.runtime.slice import Slice
+    from tests.conftest import finish_turn, make_run
+
+    run = make_run(turns=[finish_turn()])
+    real = Slice.checkpoint
+
+    def dies_at_the_final_checkpoint(self, kind, label=""):
+        if kind == CheckpointKind.SESSION_END:
+            raise WorkerDied
+        return real(self, kind, label)
+
+    monkeypatch.setattr(Slice, "checkpoint", dies_at_the_final_checkpoint)
+    with pytest.raises(WorkerDied):
+        drive(run.pk)
+    monkeypatch.setattr(Slice, "checkpoint", real)
+    assert not run.checkpoints.filter(kind=CheckpointKind.SESSION_END).exists()
+
+    assert drive(run.pk).status == RunStatus.SUCCEEDED
+    final = run.checkpoints.get(kind=CheckpointKind.SESSION_END)
+    assert final.label == "end of session 1 (finished)"
+
+
+def test_a_full_disk_during_a_checkpoint_pauses_the_run_with_the_reason_and_loses_nothing(
+    monkeypatch, settings, owner
+):
+    """Found by bench/chaos.py, which fills a small filesystem under the data folder: the slice
+    used to die with the error, and the run waited a minute for the reaper to try again, and
+    again while the disk stayed full. It now pauses, says why, and resumes once there is room."""
+    import errno
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from agents.blobstore import Batch, BlobStore
+    from agents.runtime.loop import drive
+    from tests.conftest import call, finish_turn, make_run
+
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "CHECKPOINT_EVERY": 1}
+    run = make_run(
+        turns=[
+            {"text": "Writing.", "tool_calls": [call("write_file", path="a.txt", content="a")]},
+            finish_turn(),
+        ]
+    )
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.store.root))
+
+    # A checkpoint writes its blobs in a batch: every new blob's first write fails.
+    monkeypatch.setattr(Batch, "add", full)
+    monkeypatch.setattr(Batch, "add_file", full)
+    outcome = drive(run.pk)
+    run.refresh_from_db()
+    assert outcome.status == RunStatus.PAUSED == run.status
+    assert run.status_reason.startswith("the disk is full (")
+    assert "No space left on device; resume the run once there is room" in run.status_reason
+    assert (run.workspace_path / "a.txt").read_text() == "a"  # the tool's result stands
+
+    monkeypatch.undo()  # room again
+    services.resume_run(run.pk, actor="user:olivia")
+    drive_until_idle(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    call_command("verify_store", stdout=StringIO())  # every checkpoint's blobs are there
+    assert not BlobStore().stray_temp_files()  # nothing half-written left behind
