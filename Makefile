@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: run test test-pure test-db test-services test-pages setup lint format bench clean system-deps browser
+.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps browser
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,10 +41,18 @@ run: setup system-deps
 # Every test on SQLite, then the ones that touch the database, the queue or the channel layer
 # again on the PostgreSQL and Redis of this machine (skipped, saying so, when they do not answer).
 # Two at a time, each pytest with its own data folder and database: most tests wait on processes,
-# browsers and sockets rather than on the CPU. -O prints each half's report whole when it ends.
+# browsers and sockets rather than on the CPU. Two chains side by side, each about 19 minutes on
+# 2 cores: the PostgreSQL + Redis pass, then the pure tests and the chaos minute (which so never
+# shares the database with that pass); the SQLite pass, then the browser tests. A chain goes on
+# after a failing part, so one run shows every failure; -O prints each chain's report whole.
 test: setup system-deps
-	@$(MAKE) --no-print-directory -j2 -O test-pure test-db
-	@$(MAKE) --no-print-directory -j2 -O test-services test-pages
+	@$(MAKE) --no-print-directory -j2 -O test-chain-services test-chain-sqlite
+test-chain-services: setup
+	@st=0; $(MAKE) --no-print-directory test-services || st=1; \
+	  $(MAKE) --no-print-directory test-pure-then-chaos || st=1; exit $$st
+test-chain-sqlite: setup system-deps
+	@st=0; $(MAKE) --no-print-directory test-db || st=1; \
+	  $(MAKE) --no-print-directory test-pages || st=1; exit $$st
 
 # The halves: code that touches no database (sandbox, shell, snapshots, policy, ...); everything
 # else on SQLite but the browser tests of what pages show; the second pass on PostgreSQL + Redis
@@ -57,6 +65,17 @@ test-services: setup
 	$(PY) -m tests.postgres_redis
 test-pages: setup system-deps
 	$(PY) -m pytest -m ui_only
+# A minute of the chaos soak (bench/chaos.py) when PostgreSQL answers, after the pure tests.
+test-pure-then-chaos: setup
+	@$(MAKE) --no-print-directory test-pure
+	@$(MAKE) --no-print-directory test-chaos
+test-chaos: setup
+	$(PY) bench/chaos.py --seconds 60 --seed 1 --skip-without-services
+
+# The chaos soak on its own: `make chaos SECONDS=600 SEED=7`.
+SECONDS ?= 120
+chaos: setup
+	$(PY) bench/chaos.py --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
 lint: setup
 	$(VENV)/bin/ruff check .

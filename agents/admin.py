@@ -54,6 +54,23 @@ def _act(action, verb: str, done: str):
     return run_action
 
 
+class InFleetFilter(admin.SimpleListFilter):
+    """Runs spawned by another run (a fleet's children) or not."""
+
+    title = "fleet"
+    parameter_name = "has_parent"
+
+    def lookups(self, request, model_admin):
+        return (("yes", "child of a fleet (has a parent)"), ("no", "no parent (root)"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(parent__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(parent__isnull=True)
+        return queryset
+
+
 class RunForm(forms.ModelForm):
     """The one thing the admin edits on a run: its tool policy, as JSON, through the service
     (validated, an event, in the audit log). Everything else is fixed at creation (the
@@ -87,9 +104,11 @@ class RunAdmin(admin.ModelAdmin):
         "model",
         "turns",
         "cost_usd",
+        "fleet_parent",
+        "depth",
         "created_at",
     )
-    list_filter = ("status", "provider")
+    list_filter = ("status", "provider", InFleetFilter)
     search_fields = ("goal",)
     form = RunForm
     readonly_fields = (
@@ -140,6 +159,8 @@ class RunAdmin(admin.ModelAdmin):
         "check_settings",
         "cost_estimated",
         "script_name",
+        "parent",
+        "depth",
     )
     fields = ("tool_policy", *readonly_fields)
     inlines = [SessionInline]
@@ -182,6 +203,10 @@ class RunAdmin(admin.ModelAdmin):
     @admin.display(description="goal")
     def short_goal(self, run):
         return run.goal[:80]
+
+    @admin.display(description="parent", ordering="parent_id")
+    def fleet_parent(self, run):
+        return run.parent_id or "-"  # the id alone: no query per row
 
     def has_control_permission(self, request):
         return request.user.has_perm("agents.control_run")

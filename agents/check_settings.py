@@ -26,7 +26,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from agents.blobstore import BlobStore
+from agents import blobstore
 
 SETTINGS_FILES = frozenset(
     {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "sitecustomize.py",
@@ -153,7 +153,7 @@ def fingerprint(workspace: Path) -> dict[str, dict[str, Any]]:
             "the workspace's. Remove the virtualenv from the workspace, or name the environment "
             "the checks run in with --env / --env-requirements"
         )
-    store = BlobStore()
+    store = blobstore.configured()
     for rel, p in prints.items():
         p["blob"] = store.put(_read(Path(workspace) / rel))
     return prints
@@ -188,7 +188,7 @@ def neutralise(
 ) -> dict[str, bytes]:
     """Put the check settings back as they were: originals restored, additions taken out.
     Returns what was taken out or replaced, {path: contents}, for the caller to keep."""
-    store = BlobStore()
+    store = blobstore.configured()
     kept: dict[str, bytes] = {}
     for change in found:
         rel = change["path"]

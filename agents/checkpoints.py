@@ -46,7 +46,7 @@ from agents.models import (
     Session,
     SessionStatus,
 )
-from agents.snapshots import Change
+from agents.snapshots import Change, SnapshotResult
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "bash"})
 
@@ -110,10 +110,42 @@ def create(
     actor: str = "harness",
     lease_owner: str | None = None,
 ) -> Checkpoint:
-    run = Run.objects.get(pk=run_id)
-    result = workspaces.snapshot(run)
+    held = lease_owner is not None or not workspaces.cached()
+    for _ in range(10):
+        run = Run.objects.get(pk=run_id)
+        described = None if held or not run.workspace_tree else run.workspace_tree
+        if described is None:
+            result = workspaces.snapshot(run)
+        else:  # a person's checkpoint, where the workspace is some worker's: its committed state
+            result = workspaces.stored_state(described)
+        checkpoint = _record(run_id, kind, label, session_id, actor, lease_owner, result, described)
+        if checkpoint is not None:
+            break
+    else:
+        raise CheckpointError(f"run {run_id} changed too fast to checkpoint; try again")
+    if held and workspaces.cached():
+        workspaces.hold(run, result.tree, result.bytes_total)
+    return checkpoint
+
+
+def _record(
+    run_id: int,
+    kind: str,
+    label: str,
+    session_id: int | None,
+    actor: str,
+    lease_owner: str | None,
+    result: SnapshotResult,
+    described: str | None,
+) -> Checkpoint | None:
+    """The checkpoint of `result`, and its event; None when `described` (the committed tree a
+    person's checkpoint describes) is no longer the run's: a worker committed a call meanwhile,
+    and recording the older tree would set the run's workspace back (found by bench/chaos.py:
+    the next worker restored it, and a committed write was gone)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
+        if described is not None and run.workspace_tree != described:
+            return None
         sessions = Session.objects.filter(run=run).count()
         last = Checkpoint.objects.filter(run=run).aggregate(n=Max("number"))["n"] or 0
         checkpoint = Checkpoint.objects.create(
@@ -158,7 +190,7 @@ def create(
             lease_owner=lease_owner,
         )
         assert event.seq == checkpoint.seq, "the run row lock keeps these equal"
-        Run.objects.filter(pk=run_id).update(head_checkpoint=checkpoint)
+        Run.objects.filter(pk=run_id).update(head_checkpoint=checkpoint, workspace_tree=result.tree)
     return checkpoint
 
 
@@ -290,7 +322,7 @@ def request_rewind(run_id: int, checkpoint_id: int, *, actor: str, note: str = "
     checkpoint = get(run_id, checkpoint_id)
     _check_rewindable(run)
     with transaction.atomic():
-        eventlog.append(
+        request = eventlog.append(
             run_id,
             EventKind.RUN_REWIND_REQUESTED,
             {
@@ -308,7 +340,31 @@ def request_rewind(run_id: int, checkpoint_id: int, *, actor: str, note: str = "
             actor=actor,
             note=note,
             until=time.time() + REWIND_WAIT_SECONDS,
+            request_seq=request.seq,
         )
+
+
+def reissue_rewind(request: Event) -> None:
+    """Queue a rewind request's work again (the reaper: its task was lost)."""
+    p = request.payload
+    jobs.later(
+        "rewind_run",
+        run_id=request.run_id,
+        checkpoint_id=p["checkpoint_id"],
+        actor=request.actor,
+        note=p.get("note", ""),
+        until=time.time() + REWIND_WAIT_SECONDS,
+        request_seq=request.seq,
+    )
+
+
+def rewind_answered(run_id: int, request_seq: int) -> bool:
+    """Whether the rewind asked at `request_seq` was carried out or given up (an event says)."""
+    after = Event.objects.filter(run_id=run_id, seq__gt=request_seq)
+    return (
+        after.filter(kind=EventKind.RUN_REWOUND).exists()
+        or after.filter(kind=EventKind.ERROR, payload__source="rewind").exists()
+    )
 
 
 # How long a requested rewind waits for the run's worker to let go before it gives up.
@@ -316,11 +372,20 @@ REWIND_WAIT_SECONDS = 60.0
 
 
 def carry_out_rewind(
-    run_id: int, checkpoint_id: int, *, actor: str, note: str, until: float
+    run_id: int,
+    checkpoint_id: int,
+    *,
+    actor: str,
+    note: str,
+    until: float,
+    request_seq: int | None = None,
 ) -> bool:
     """One attempt at a requested rewind, by a worker: True when it is over (done, or given up
     with an error event saying why), False to try again shortly (the run's worker is still on a
-    step, or its checks are running)."""
+    step, or its checks are running). A request already answered (its task ran twice: the
+    reaper asked again) is over at once."""
+    if request_seq is not None and rewind_answered(run_id, request_seq):
+        return True
     run = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
     if not run.is_live or time.time() > until:
@@ -379,7 +444,8 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
     run.rewound event, the new branch's state; the run is queued again."""
     run = Run.objects.get(pk=run_id)
     discarded = plan_rewind(run, checkpoint)
-    workspaces.restore(run, checkpoint.tree)
+    if not workspaces.cached():  # else the worker that claims the run next restores it
+        workspaces.restore(run, checkpoint.tree)
     with transaction.atomic():
         now = timezone.now()
         for session in Session.objects.filter(run=run).exclude(status=SessionStatus.ENDED):
@@ -402,6 +468,7 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
         )
         Run.objects.filter(pk=run_id).update(
             head_checkpoint=checkpoint,
+            workspace_tree=checkpoint.tree,
             branch_seq=event.seq,
             resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
         )

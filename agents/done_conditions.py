@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents import sandbox
-from agents.models import Event
+from agents.models import Event, Run
 
 
 def run_checks(
@@ -78,12 +78,22 @@ def summary(results: list[dict[str, Any]]) -> str:
 
 def latest(run_id: int) -> dict[str, tuple[int, dict[str, Any]]]:
     """Each check's latest result on the live branch, {command: (seq, payload)}, in the order
-    the checks were last run."""
+    the checks were last run. Read newest first, stopping once every check the run has now
+    (its done-conditions and acceptance checks) is found: a session change reads a few rows,
+    not every result of a long run."""
+    row = Run.objects.filter(pk=run_id).values_list("checks", "acceptance").first()
+    wanted = set()
+    if row is not None:
+        wanted = set(row[0] or []) | {c["check"] for c in row[1] or [] if c.get("check")}
     found: dict[str, tuple[int, dict[str, Any]]] = {}
-    for seq, payload in Event.objects.check_results(run_id).values_list("seq", "payload"):
-        found.pop(payload["command"], None)
-        found[payload["command"]] = (seq, payload)
-    return found
+    newest_first = (
+        Event.objects.check_results(run_id).order_by("-seq").values_list("seq", "payload")
+    )
+    for seq, payload in newest_first.iterator(chunk_size=32):
+        found.setdefault(payload["command"], (seq, payload))
+        if wanted and wanted <= found.keys():
+            break
+    return dict(sorted(found.items(), key=lambda item: item[1][0]))
 
 
 def latest_results(run_id: int) -> list[dict[str, Any]]:

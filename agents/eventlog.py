@@ -10,6 +10,8 @@ a run cannot write another event for it, and renewing the lease costs nothing ex
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -97,85 +99,140 @@ def append_many(
     lease_owner: str | None = None,
     increments: dict[str, Any] | None = None,
 ) -> Appended:
-    """Append events to a run's log in one transaction, in order."""
+    """Append events to a run's log in one transaction, in order.
+
+    Inside a caller's transaction no savepoint is taken: a failure here (a lost lease, a run
+    that is gone) fails the caller's transaction as a whole, which is what every caller wants.
+    Each event's payload is stored as given when nothing in it needed cleaning (no secret, no
+    NUL): the Event holds the caller's object, not a copy, so do not change it afterwards.
+    """
     if not new:
         raise ValueError("append_many needs at least one event")
-    table = Run._meta.db_table
-    now = timezone.now()
-    sql = f"UPDATE {table} SET last_seq = last_seq + %s"
-    params: list[Any] = [len(new)]
-    for name, value in (increments or {}).items():
+    names = tuple(increments or ())
+    for name in names:
         if name not in COUNTERS:
             raise ValueError(f"not a run counter: {name}")
-        sql += f", {name} = {name} + %s"
-        params.append(value)
+    now = timezone.now()
+    params: list[Any] = [len(new), *(increments[name] for name in names)]
     if lease_owner is not None:
-        sql += ", lease_expires_at = %s, lease_renewals = lease_renewals + 1"
-        params.append(now + timedelta(seconds=settings.SHIFTLOG["LEASE_SECONDS"]))
-    sql += " WHERE id = %s"
-    params.append(run_id)
-    if lease_owner is not None:
-        sql += " AND lease_owner = %s"
-        params.append(lease_owner)
-    sql += " RETURNING last_seq, status"
-
+        params += [now + timedelta(seconds=settings.SHIFTLOG["LEASE_SECONDS"]), run_id, lease_owner]
+    else:
+        params.append(run_id)
     secrets = _secret_values()
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            if lease_owner is not None and Run.objects.filter(pk=run_id).exists():
-                raise LeaseLost(f"run {run_id}: lease no longer held by {lease_owner}")
-            raise Run.DoesNotExist(f"run {run_id} does not exist")
-        last_seq, status = row
-        first = last_seq - len(new) + 1
-        events = [
-            Event(
-                run_id=run_id,
-                seq=first + i,
-                session_id=item.session_id,
-                kind=item.kind,
-                actor=item.actor,
-                payload=_clean(item.payload, secrets),
-                created_at=now,
-            )
-            for i, item in enumerate(new)
-        ]
-        _insert(events, now)
-        if events_committed.has_listeners():  # nobody listens in the embedded mode: no cost
+    stored = [_stored(item.payload, secrets) for item in new]
+    raw = _raw_cursor()
+    events: list[Event] = []
+    with transaction.atomic(savepoint=False):
+        cursor = raw or connection.cursor()
+        try:
+            with connection.wrap_database_errors:
+                cursor.execute(_update_sql(names, lease_owner is not None, raw is not None), params)
+                row = cursor.fetchone()
+                # No row: nothing was written, so the transaction ends normally and the error
+                # is raised after it (a caller's transaction stays usable).
+                if row is not None:
+                    last_seq, status = row
+                    first = last_seq - len(new) + 1
+                    events = [
+                        Event(
+                            run_id=run_id,
+                            seq=first + i,
+                            session_id=item.session_id,
+                            kind=item.kind,
+                            actor=item.actor,
+                            payload=payload,
+                            created_at=now,
+                        )
+                        for i, (item, (payload, _)) in enumerate(zip(new, stored, strict=True))
+                    ]
+                    _insert(cursor, events, [text for _, text in stored], now, raw is not None)
+        finally:
+            cursor.close()
+        if events and events_committed.has_listeners():  # nobody listens embedded: no cost
             transaction.on_commit(
                 lambda: events_committed.send(sender=Event, events=events), robust=True
             )
+    if not events:
+        if lease_owner is not None and Run.objects.filter(pk=run_id).exists():
+            raise LeaseLost(f"run {run_id}: lease no longer held by {lease_owner}")
+        raise Run.DoesNotExist(f"run {run_id} does not exist")
     return Appended(events=events, status=status)
+
+
+def _raw_cursor():
+    """SQLite's own cursor, past Django's wrappers (their cost was a third of a step's), unless
+    queries are being logged (DEBUG, a test counting them): then None, and Django's is used."""
+    if connection.vendor != "sqlite" or connection.queries_logged:
+        return None
+    connection.ensure_connection()
+    return connection.connection.cursor()
+
+
+@functools.cache
+def _update_sql(names: tuple[str, ...], leased: bool, qmark: bool) -> str:
+    """The run row's UPDATE: seq counter, counters, lease; RETURNING the new last_seq and status."""
+    sql = f"UPDATE {Run._meta.db_table} SET last_seq = last_seq + %s"
+    for name in names:
+        sql += f", {name} = {name} + %s"
+    if leased:
+        sql += ", lease_expires_at = %s, lease_renewals = lease_renewals + 1"
+    sql += " WHERE id = %s"
+    if leased:
+        sql += " AND lease_owner = %s"
+    sql += " RETURNING last_seq, status"
+    return sql.replace("%s", "?") if qmark else sql
+
+
+def _stored(payload: dict[str, Any], secrets: list[str]) -> tuple[dict[str, Any], str]:
+    """(the payload as stored, its JSON). The JSON is searched for each secret and for NUL as
+    JSON writes them (escaping is character by character, so a secret inside a string shows
+    as the secret's own escaped form); only a payload that has one is walked and cleaned."""
+    text = json.dumps(payload)
+    if "\\u0000" in text or any(_json_form(secret) in text for secret in secrets):
+        payload = _clean(payload, secrets)
+        text = json.dumps(payload)
+    return payload, text
+
+
+@functools.lru_cache(maxsize=64)
+def _json_form(secret: str) -> str:
+    return json.dumps(secret)[1:-1]
 
 
 _EVENT_COLUMNS = ("run_id", "seq", "session_id", "kind", "actor", "payload", "created_at")
 
 
-def _insert(events: list[Event], now) -> None:
+@functools.cache
+def _insert_sql(rows: int, qmark: bool) -> str:
+    mark = "?" if qmark else "%s"
+    values = ", ".join(["(" + ", ".join([mark] * len(_EVENT_COLUMNS)) + ")"] * rows)
+    return (
+        f"INSERT INTO {Event._meta.db_table} ({', '.join(_EVENT_COLUMNS)}) "
+        f"VALUES {values} RETURNING id, seq"
+    )
+
+
+def _insert(cursor, events: list[Event], texts: list[str], now, raw: bool) -> None:
     """INSERT the events in one statement, without the ORM's bulk_create compiler."""
-    payload_field = Event._meta.get_field("payload")
-    created_at = Event._meta.get_field("created_at").get_db_prep_save(now, connection)
+    created_at = connection.ops.adapt_datetimefield_value(now)
     params: list[Any] = []
-    for event in events:
+    if connection.vendor == "sqlite":
+        payloads = texts  # what Django's JSONField would send: json.dumps of the payload
+    else:
+        payload_field = Event._meta.get_field("payload")
+        payloads = [payload_field.get_db_prep_save(e.payload, connection) for e in events]
+    for event, payload in zip(events, payloads, strict=True):
         params += [
             event.run_id,
             event.seq,
             event.session_id,
             event.kind,
             event.actor,
-            payload_field.get_db_prep_save(event.payload, connection),
+            payload,
             created_at,
         ]
-    values = ", ".join(["(" + ", ".join(["%s"] * len(_EVENT_COLUMNS)) + ")"] * len(events))
-    sql = (
-        f"INSERT INTO {Event._meta.db_table} ({', '.join(_EVENT_COLUMNS)}) "
-        f"VALUES {values} RETURNING id, seq"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        ids = dict((seq, pk) for pk, seq in cursor.fetchall())
+    cursor.execute(_insert_sql(len(events), raw), params)
+    ids = {seq: pk for pk, seq in cursor.fetchall()}
     for event in events:
         event.pk = ids[event.seq]
         event._state.adding = False
@@ -187,16 +244,29 @@ def add_to_session(session_id: int, increments: dict[str, Any], *, last_input_to
 
     (The ORM F() update took ~0.43 ms a step, almost all of it building the query; this ~0.03 ms.)
     """
-    table = Session._meta.db_table
-    sql = f"UPDATE {table} SET last_input_tokens = %s"
-    params: list[Any] = [last_input_tokens]
-    for name, value in increments.items():
+    names = tuple(increments)
+    for name in names:
         if name not in COUNTERS:
             raise ValueError(f"not a session counter: {name}")
+    raw = _raw_cursor()
+    cursor = raw or connection.cursor()
+    try:
+        with connection.wrap_database_errors:
+            cursor.execute(
+                _session_sql(names, raw is not None),
+                [last_input_tokens, *(increments[name] for name in names), session_id],
+            )
+    finally:
+        cursor.close()
+
+
+@functools.cache
+def _session_sql(names: tuple[str, ...], qmark: bool) -> str:
+    sql = f"UPDATE {Session._meta.db_table} SET last_input_tokens = %s"
+    for name in names:
         sql += f", {name} = {name} + %s"
-        params.append(value)
-    with connection.cursor() as cursor:
-        cursor.execute(sql + " WHERE id = %s", [*params, session_id])
+    sql += " WHERE id = %s"
+    return sql.replace("%s", "?") if qmark else sql
 
 
 def append(
@@ -357,4 +427,33 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
         return f"{where} memory {what[kind]} {p.get('key')}{pin}{shared}{text}"
     if kind == "artifact.saved":
         return f"{p.get('name')} ({p.get('kind')}, {p.get('size')} bytes)"
+    if kind.startswith("fleet."):
+        return describe_fleet(kind, p)
+    if kind == "workspace.restored":
+        at = f"checkpoint {p['checkpoint']}" if p.get("checkpoint") else "its last committed state"
+        return (
+            f"workspace restored on {p.get('host')} from {at}: {p.get('files')} files, "
+            f"{p.get('bytes')} bytes, {p.get('written')} written, in {p.get('milliseconds')} ms"
+        )
+    return _short(p)
+
+
+def describe_fleet(kind: str, p: dict[str, Any]) -> str:
+    """A fleet event in one line (agents/runtime/fleet.py, agents/lifecycle.py)."""
+    if kind == "fleet.spawned":
+        ids = ", ".join(str(c.get("run_id")) for c in p.get("children") or [])
+        return f"spawned child runs {ids} (wait {p.get('wait', 'all')})"
+    if kind == "fleet.child_ended":
+        return f"child run {p.get('run_id')} {p.get('status')}"
+    if kind == "fleet.woke":
+        return f"woke: {_short(p.get('reason', ''), 80)}"
+    if kind == "fleet.merge":
+        files = ", ".join(p.get("conflicts") or []) if p.get("result") == "conflict" else ""
+        return _short(
+            f"merge of child run {p.get('run_id')}: {p.get('result')}"
+            + (f" in {files}" if files else f", {len(p.get('files') or [])} file(s)"),
+            120,
+        )
+    if kind == "fleet.cascade":
+        return f"{p.get('action')} with its parent: {_short(p.get('cause', ''), 80)}"
     return _short(p)

@@ -16,7 +16,8 @@ what did not fit is listed by key.
 
 from __future__ import annotations
 
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import eventlog, inputs, sandbox
+from agents.branches import abandoned, in_ranges
 from agents.eventlog import NewEvent
 from agents.models import Checkpoint, Event, EventKind, ProjectMemory, Run
 
@@ -69,26 +71,60 @@ def _history(run_id: int, upto: int | None = None, depth: int = 0) -> list[tuple
     its live branch, after those of the run it was forked from (up to the checkpoint, on the
     branch that was live then)."""
     rows: list[tuple] = []
-    run = Run.objects.filter(pk=run_id).values("forked_from_id").first()
+    run = Run.objects.filter(pk=run_id).values("forked_from_id", "created_at", "last_seq").first()
     if run and run["forked_from_id"] and depth < MAX_FORK_DEPTH:
         origin = Checkpoint.objects.filter(pk=run["forked_from_id"]).values("run_id", "seq").first()
         if origin:
             rows = _history(origin["run_id"], origin["seq"], depth + 1)
     if upto is None:
         ranges = Event.objects.abandoned_ranges(run_id)
+        if run is not None:
+            own = _scanned(run_id, run["created_at"], run["last_seq"])
+            return rows + [r for r in own if not in_ranges(r[0], ranges)]
     else:  # the branches abandoned by then
-        ranges = [
+        ranges = abandoned(
             (p["to_seq"], p["from_seq"])
-            for p in Event.objects.filter(
-                run_id=run_id, kind=EventKind.RUN_REWOUND, seq__lte=upto
-            ).values_list("payload", flat=True)
-        ]
-    qs = Event.objects.on_live_branch(run_id, ranges).filter(
-        Q(kind__in=KINDS) | Q(kind=EventKind.TOOL_RESULT, payload__name="recall")
-    )
+            for p in Event.objects.filter(run_id=run_id, kind=EventKind.RUN_REWOUND, seq__lte=upto)
+            .order_by("seq")
+            .values_list("payload", flat=True)
+        )
+    qs = Event.objects.on_live_branch(run_id, ranges).filter(_MEMORY_ROWS)
     if upto is not None:
         qs = qs.filter(seq__lte=upto)
     rows += qs.order_by("seq").values_list("seq", "kind", "actor", "payload", "created_at")
+    return rows
+
+
+_MEMORY_ROWS = Q(kind__in=KINDS) | Q(kind=EventKind.TOOL_RESULT, payload__name="recall")
+
+# A run's memory rows (every branch), read once and then only what is newer: finding the recall
+# results means looking at every tool.result of the run, which at each session start cost time
+# in proportion to the whole history. The log is append-only and every event up to the run's
+# last_seq, read before, is committed, so (scanned, last_seq] is all that can be new. Keyed by
+# the run's creation time too (SQLite may give a deleted run's id to a new one).
+_scans: OrderedDict[tuple[int, Any], tuple[int, list[tuple]]] = OrderedDict()
+_SCANS_KEPT = 64
+_scans_lock = threading.Lock()
+
+
+def _scanned(run_id: int, created_at: Any, last_seq: int) -> list[tuple]:
+    key = (run_id, created_at)
+    with _scans_lock:
+        scanned, rows = _scans.get(key, (0, []))
+    if last_seq > scanned:
+        new = list(
+            Event.objects.filter(run_id=run_id, seq__gt=scanned, seq__lte=last_seq)
+            .filter(_MEMORY_ROWS)
+            .order_by("seq")
+            .values_list("seq", "kind", "actor", "payload", "created_at")
+        )
+        rows = [*rows, *new]
+        with _scans_lock:
+            if _scans.get(key, (0, []))[0] < last_seq:
+                _scans[key] = (last_seq, rows)
+            _scans.move_to_end(key)
+            while len(_scans) > _SCANS_KEPT:
+                _scans.popitem(last=False)
     return rows
 
 

@@ -19,6 +19,8 @@ from django.db.models.functions import Cast, Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.branches import abandoned
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued"
@@ -26,6 +28,8 @@ class RunStatus(models.TextChoices):
     AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
     PAUSED = "paused"
     VERIFYING = "verifying"
+    # A fleet's parent, holding no worker and no lease until its children end (agents/fleets.py).
+    WAITING_FOR_CHILDREN = "waiting_for_children", "waiting for children"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -38,6 +42,7 @@ LIVE_STATUSES = frozenset(
         RunStatus.AWAITING_APPROVAL,
         RunStatus.PAUSED,
         RunStatus.VERIFYING,
+        RunStatus.WAITING_FOR_CHILDREN,
     }
 )
 # States a worker may drive; the others wait for a person or are over. A claimable `verifying`
@@ -227,13 +232,31 @@ class Run(models.Model):
     trigger = models.ForeignKey(
         "Trigger", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
+    # Fleets: a run spawned by another run's `spawn_runs` call is its child; depth 0 is a root.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    depth = models.PositiveSmallIntegerField(default=0)
+    # A merge conflict of a child's work is handed to the agent, or asked of a person.
+    fleet_conflicts = models.CharField(max_length=10, default="agent")
     # A paused run resumes at this time (`resume_run ID --at`); the scheduler's pass does it.
     wake_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Where workspaces are each host's cache (SHIFTLOG["WORKSPACE_CACHE"]): the root tree in the
+    # blob store of the run's last committed workspace (after its latest tool call that changed
+    # a file, checkpoint, rewind, merge or upload). A worker restores it where it claims the run.
+    workspace_tree = models.CharField(max_length=64, blank=True, default="")
 
     objects = RunQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["status", "lease_expires_at"])]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"]),
+            # The runs list's keyset pages, newest first (agents/pages.py), for everyone's
+            # runs, one person's, and one status.
+            models.Index(fields=["created_at", "id"], name="run_list_order"),
+            models.Index(fields=["created_by", "created_at", "id"], name="run_list_by_owner"),
+            models.Index(fields=["status", "created_at", "id"], name="run_list_by_status"),
+        ]
         permissions = [("control_run", "Can pause, resume, cancel and steer runs")]
 
     def __str__(self) -> str:
@@ -395,6 +418,13 @@ class EventKind(models.TextChoices):
     MEMORY_SAVED = "memory.saved"
     MEMORY_CHANGED = "memory.changed"
     MEMORY_DELETED = "memory.deleted"
+    # Fleets (agents/fleet_spawn.py, agents/runtime/fleet.py).
+    FLEET_SPAWNED = "fleet.spawned"
+    FLEET_CHILD_ENDED = "fleet.child_ended"
+    FLEET_WOKE = "fleet.woke"
+    FLEET_MERGE = "fleet.merge"
+    FLEET_CASCADE = "fleet.cascade"
+    WORKSPACE_RESTORED = "workspace.restored"
     ERROR = "error"
 
 
@@ -418,12 +448,12 @@ class EventQuerySet(models.QuerySet):
     def abandoned_ranges(self, run_id: int) -> list[tuple[int, int]]:
         """(after, upto] seq ranges that rewinds turned into abandoned branches, oldest first
         (the run page's script marks rows with the same ranges: see `in_ranges`)."""
-        return [
+        return abandoned(
             (p["to_seq"], p["from_seq"])
             for p in self.filter(run_id=run_id, kind=EventKind.RUN_REWOUND)
             .order_by("seq")
             .values_list("payload", flat=True)
-        ]
+        )
 
     def on_live_branch(
         self, run_id: int, ranges: list[tuple[int, int]] | None = None
@@ -481,11 +511,6 @@ class EventQuerySet(models.QuerySet):
         return self.on_live_branch(run_id).filter(kind=EventKind.CHECK_RESULT).order_by("seq")
 
 
-def in_ranges(seq: int, ranges: list[tuple[int, int]]) -> bool:
-    """Whether seq lies on a branch a rewind abandoned (`EventQuerySet.abandoned_ranges`)."""
-    return any(after < seq <= upto for after, upto in ranges)
-
-
 class Event(models.Model):
     """One entry of a run's append-only log. Write through agents.eventlog.append only."""
 
@@ -533,6 +558,7 @@ class CheckpointKind(models.TextChoices):
     RUN_START = "run_start", "run start"
     FORK = "fork"
     UPLOAD = "upload"  # an external agent's workspace, as it uploaded it
+    MERGE = "merge"  # before and after a fleet's children are merged in
 
 
 class Checkpoint(models.Model):
@@ -648,36 +674,10 @@ class Approval(models.Model):
         return f"Approval {self.pk} ({self.tool_name}, {self.status})"
 
 
-class ExternalCallDecision(models.TextChoices):
-    ALLOW = "allow"
-    ASK = "ask"
-    DENY = "deny"
-
-
-class ExternalCall(models.Model):
-    """A tool call an external agent asked about before running it: the policy's decision, the
-    approval it waits on (when asked), and whether its result has come back."""
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="external_calls")
-    tool_use_id = models.CharField(max_length=100, unique=True)
-    tool = models.CharField(max_length=100)
-    input = models.JSONField(default=dict)
-    decision = models.CharField(max_length=10, choices=ExternalCallDecision.choices)
-    reason = models.TextField(blank=True)
-    approval = models.ForeignKey(Approval, null=True, blank=True, on_delete=models.SET_NULL)
-    called_seq = models.PositiveBigIntegerField(null=True, blank=True)  # its tool.call event
-    result_seq = models.PositiveBigIntegerField(null=True, blank=True)  # its tool.result event
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        indexes = [models.Index(fields=["run", "created_at"])]
-
-    def __str__(self) -> str:
-        return f"{self.tool} call {self.tool_use_id} of run {self.run_id}"
-
-
-# Project memory and schedules live in modules of their own (size); importing them here
-# registers their models with the app.
+# External calls, project memory and schedules live in modules of their own (size); importing
+# them here registers their models with the app.
+from agents.external_models import ExternalCall, ExternalCallDecision  # noqa: E402, F401
+from agents.fleet_models import FleetChild  # noqa: E402, F401
 from agents.memory_models import ProjectMemory  # noqa: E402, F401
 from agents.schedule_models import (  # noqa: E402, F401
     Overlap,

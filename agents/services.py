@@ -133,11 +133,15 @@ def create_run(
     heartbeat_seconds: int | None = None,
     origin: dict[str, Any] | None = None,
     project: str = "",
+    parent: Run | None = None,
+    workspace_tree: str | None = None,
+    fleet_conflicts: str = "agent",
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
     `environment` names an interpreter or a virtualenv for the run's commands and checks, or
-    `requirements` has one built (`toolchain`: folders as they are, for a fork)."""
+    `requirements` has one built (`toolchain`: folders as they are, for a fork). A fleet's child
+    has its `parent` and starts from `workspace_tree` (agents/fleet_spawn.py)."""
     goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
     checks = [
         inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
@@ -202,6 +206,8 @@ def create_run(
         approval_timeout_seconds = inputs.whole_number(
             approval_timeout_seconds, what="approval-timeout", field="approval_timeout_seconds"
         )
+    if fleet_conflicts not in ("agent", "person"):
+        raise RunError("fleet-conflicts must be agent or person", "fleet_conflicts")
     if protected_action not in ("deny", "ask"):
         raise RunError("protect-action must be deny or ask", "protected_action")
     criteria = []
@@ -275,6 +281,9 @@ def create_run(
             acceptance=criteria,
             limits=run_limits,
             toolchain=toolchain,
+            parent=parent,
+            depth=parent.depth + 1 if parent is not None else 0,
+            fleet_conflicts=fleet_conflicts,
             **fields,
         )
         if provider == Provider.SCRIPTED:
@@ -285,6 +294,8 @@ def create_run(
             shutil.rmtree(workspace)
         if forked_from is not None:
             workspaces.restore(run, forked_from.tree)
+        elif workspace_tree is not None:
+            workspaces.restore(run, workspace_tree)
         elif source is not None:
             shutil.copytree(source, workspace, symlinks=True)
         else:
@@ -307,9 +318,16 @@ def create_run(
                 run.check_settings = check_settings_module.fingerprint(workspace)
             except check_settings_module.OutsidePointer as e:
                 raise RunError(str(e), "workspace_from") from None
+        # Where workspaces are each host's cache, the workspace starts in the store: the worker
+        # that claims the run restores it wherever that is.
+        start = workspaces.snapshot(run) if workspaces.cached() else None
         Run.objects.filter(pk=run.pk).update(
-            protected=run.protected, check_settings=run.check_settings
+            protected=run.protected,
+            check_settings=run.check_settings,
+            workspace_tree=start.tree if start else "",
         )
+        if start:
+            workspaces.hold(run, start.tree, start.bytes_total)
         eventlog.append(
             run.pk,
             EventKind.RUN_CREATED,
@@ -331,6 +349,7 @@ def create_run(
                 "forked_from": _forked_from(forked_from) if forked_from else None,
                 # What made it, when not a person: {"template", "schedule" or "trigger"}.
                 **({"origin": origin} if origin else {}),
+                **({"parent": parent.pk, "depth": parent.depth + 1} if parent else {}),
             },
             actor=actor or actor_for(created_by),
         )
@@ -420,6 +439,7 @@ def pause_run(run_id: int, *, actor: str, reason: str = "") -> Run:
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None
+    lifecycle.cascade(run_id, "pause", f"run {run_id} was paused by {actor}", actor)
     return run
 
 
@@ -446,6 +466,7 @@ def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Ru
         )
         Run.objects.filter(pk=run_id).update(wake_at=None)
         enqueue(run_id)
+    lifecycle.cascade(run_id, "resume", f"run {run_id} was resumed by {actor}", actor)
     return run
 
 
@@ -493,11 +514,13 @@ def budget_still_exceeded(run: Run) -> str:
 def cancel_run(run_id: int, *, actor: str, reason: str = "") -> Run:
     _get(run_id)
     try:
-        return lifecycle.transition(
+        run = lifecycle.transition(
             run_id, RunStatus.CANCELLED, actor=actor, reason=reason or f"cancelled by {actor}"
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None
+    lifecycle.cascade(run_id, "cancel", f"run {run_id} was cancelled by {actor}", actor)
+    return run
 
 
 def note_run(run_id: int, text: str, *, actor: str, author: str = "") -> None:

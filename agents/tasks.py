@@ -25,10 +25,20 @@ def run_slice(*, run_id: int) -> str:
 
 
 @db_task()
-def rewind_run(*, run_id: int, checkpoint_id: int, actor: str, note: str, until: float) -> bool:
+def rewind_run(
+    *,
+    run_id: int,
+    checkpoint_id: int,
+    actor: str,
+    note: str,
+    until: float,
+    request_seq: int | None = None,
+) -> bool:
     # One attempt per execution: while the run's worker is on a step, it is scheduled again
     # rather than waited for, so the thread goes back to running slices meanwhile.
-    done = checkpoints.carry_out_rewind(run_id, checkpoint_id, actor=actor, note=note, until=until)
+    done = checkpoints.carry_out_rewind(
+        run_id, checkpoint_id, actor=actor, note=note, until=until, request_seq=request_seq
+    )
     if not done:
         jobs.schedule(
             "rewind_run",
@@ -38,6 +48,7 @@ def rewind_run(*, run_id: int, checkpoint_id: int, actor: str, note: str, until:
             actor=actor,
             note=note,
             until=until,
+            request_seq=request_seq,
         )
     return done
 

@@ -31,7 +31,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
-from agents.models import Event, EventKind, Run, RunStatus, Session, in_ranges
+from agents.branches import in_ranges
+from agents.models import Event, EventKind, Run, RunStatus, Session
 
 log = logging.getLogger(__name__)
 

@@ -22,14 +22,15 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.blobstore import BlobStore
+from agents import blobstore
 from agents.models import Event, Run
 from agents.protected_paths import is_folder, is_protected, protected_prefix
-from agents.providers.base import ProviderError, TurnRequest
+from agents.providers.base import ProviderError, Turn, TurnRequest
 
 VERDICT_TOOL = {
     "name": "verdict",
@@ -149,9 +150,16 @@ def _norm(text: str) -> str:
 
 
 def run_judge(
-    run: Run, provider, *, diff_text: str, check_results: list[dict[str, Any]], verdicts_so_far: int
+    run: Run,
+    provider,
+    *,
+    diff_text: str,
+    check_results: list[dict[str, Any]],
+    verdicts_so_far: int,
+    ask: Callable[[Callable[[], Turn]], Turn] = lambda call: call(),
 ) -> Verdict:
-    """Ask the judge. Raises ProviderError like any model call (the run pauses or fails)."""
+    """Ask the judge. Raises ProviderError like any model call (the run pauses or fails).
+    `ask` makes the call (a worker's slice keeps its lease meanwhile: Slice.call_model)."""
     criteria = criteria_of(run)
     request = TurnRequest(
         model=run.judge_model or run.model,
@@ -169,7 +177,11 @@ def run_judge(
         tool_choice={"type": "tool", "name": "verdict"},
         previous_meta={"judge_index": verdicts_so_far - 1},
     )
-    turn = provider.judge(request) if hasattr(provider, "judge") else provider.next_turn(request)
+    turn = ask(
+        (lambda: provider.judge(request))
+        if hasattr(provider, "judge")
+        else (lambda: provider.next_turn(request))
+    )
     verdict = parse_verdict(turn.content, criteria)
     verdict.model = turn.model
     verdict.usage = turn.usage.as_dict()
@@ -192,7 +204,7 @@ def fingerprint(workspace, paths: list[str]) -> dict[str, dict[str, Any]]:
     """{path: {hash, size, mode}} for each protected file, and an entry for each protected
     folder (see above) besides its files; the contents go into the blob store so the originals
     can be put back."""
-    store = BlobStore()
+    store = blobstore.configured()
     prints: dict[str, dict[str, Any]] = {}
     for rel in paths:
         target = workspace.resolve(rel)
@@ -318,7 +330,7 @@ def restore_originals(
     """Undo `tampered`'s changes: what stands where it should not (an added file, a link or a
     file in place of a folder) is taken out, then the protected files are written back from
     their originals. Returns the files taken out, {path: contents}, for the caller to keep."""
-    store = BlobStore()
+    store = blobstore.configured()
     moved: dict[str, bytes] = {}
     for change in changes:
         if change["path"] in prints:

@@ -13,6 +13,7 @@ from ninja import Query, Router, Status
 from agents.models import ExternalCall
 from agents.providers.base import Usage
 from agents.runtime import external
+from api.auth import need
 from api.common import actor, controlled_run
 from api.errors import Problem
 from api.schemas import (
@@ -20,9 +21,13 @@ from api.schemas import (
     FinishIn,
     FinishOut,
     HandoffIn,
+    MergeIn,
+    MergeOut,
     PathId,
     ResultIn,
     ResultOut,
+    SpawnIn,
+    SpawnOut,
     StatusOut,
     ToolCallIn,
     ToolCallOut,
@@ -123,6 +128,35 @@ def result(request, call_id: str, body: ResultIn):
         is_error=body.is_error,
     )
     return Status(201, done)
+
+
+@router.post(
+    "/runs/{run_id}/spawn",
+    response={201: SpawnOut},
+    summary="Start child runs from the workspace; the run waits for them (a fleet)",
+)
+def spawn(request, run_id: PathId, body: SpawnIn):
+    controlled_run(request, run_id)
+    need(request, "write")
+    tool_input = body.dict(by_alias=True, exclude={"call_id"})
+    tool_input["children"] = [
+        {k: v for k, v in c.items() if v is not None} for c in tool_input["children"]
+    ]
+    return Status(
+        201,
+        external.spawn(run_id, actor=actor(request), call_id=body.call_id, tool_input=tool_input),
+    )
+
+
+@router.post(
+    "/runs/{run_id}/merge-children",
+    response=MergeOut,
+    summary="Three-way merge the succeeded children's work into the run's workspace",
+)
+def merge_children(request, run_id: PathId, body: MergeIn):
+    controlled_run(request, run_id)
+    need(request, "write")
+    return external.merge(run_id, actor=actor(request), runs=body.runs)
 
 
 @router.put(

@@ -14,8 +14,7 @@ from django.http import Http404, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import checkpoints, export
-from agents.blobstore import BlobStore
+from agents import blobstore, checkpoints, export
 from agents.lifecycle import TERMINAL
 from agents.models import Artifact, Checkpoint, Event, Run
 from api import out
@@ -237,7 +236,7 @@ def artifact_content(request, artifact_id: PathId):
     need(request, "read")
     artifact = _artifact(request, artifact_id)
     try:
-        f = BlobStore().open(artifact.blob_hash)
+        f = blobstore.configured().open(artifact.blob_hash)
     except (FileNotFoundError, ValueError):
         raise Problem(404, "the artifact's content is missing from the blob store") from None
     return streaming.file_response(

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from agents import eventlog
+from agents import eventlog, fleets
 from agents.models import Approval, Artifact, Checkpoint, Event, EventKind, Run
 
 
@@ -22,10 +22,21 @@ def runs(rows: list[Run]) -> list[dict[str, Any]]:
         )
         .values("pk", "n_sessions", "n_pending")
     }
-    return [run(r, counts.get(r.pk, {})) for r in rows]
+    children: dict[int, list[int]] = {}
+    for parent, child in (
+        Run.objects.filter(parent_id__in=ids).order_by("pk").values_list("parent_id", "pk")
+    ):
+        children.setdefault(parent, []).append(child)
+    return [run(r, counts.get(r.pk, {}), children.get(r.pk, [])) for r in rows]
 
 
-def run(r: Run, counts: dict[str, int] | None = None) -> dict[str, Any]:
+def run(
+    r: Run, counts: dict[str, int] | None = None, children: list[int] | None = None
+) -> dict[str, Any]:
+    if children is None:
+        children = list(r.children.order_by("pk").values_list("pk", flat=True))
+    # Only a fleet's parent needs the tree summed (a query a level).
+    spent = fleets.rollup(r) if children else fleets.Rollup(r.total_tokens, r.cost_usd)
     if counts is None:
         counts = {
             "n_sessions": r.sessions.count(),
@@ -72,6 +83,10 @@ def run(r: Run, counts: dict[str, int] | None = None) -> dict[str, Any]:
         "schedule": r.schedule_id,
         "trigger": r.trigger_id,
         "wake_at": r.wake_at,
+        "parent": r.parent_id,
+        "depth": r.depth,
+        "children": children,
+        "rollup": spent.as_json(),
     }
 
 

@@ -8,7 +8,8 @@ from django.db.models import Q
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import checkpoints, services
+from agents import checkpoints, pages, services
+from agents.inputs import MAX_BIG_INT, InputError
 from agents.models import Checkpoint, Run, RunStatus
 from api import out
 from api.auth import need
@@ -43,7 +44,7 @@ class RunFilter(Schema):
 @router.get("/runs", response=RunPage, summary="List runs, newest first")
 def list_runs(request, filters: Query[RunFilter]):
     need(request, "read")
-    rows = access.visible_runs(request.user).select_related("forked_from").order_by("-pk")
+    rows = access.visible_runs(request.user).select_related("forked_from")
     if filters.status:
         rows = rows.filter(status=filters.status)
     if filters.provider:
@@ -51,14 +52,28 @@ def list_runs(request, filters: Query[RunFilter]):
     if filters.q:
         for word in filters.q.split()[:10]:
             rows = rows.filter(Q(goal__icontains=word))
-    if filters.cursor:
-        if not (filters.cursor.isascii() and filters.cursor.isdigit()):
-            raise Problem(422, "cursor: not a cursor this API gave (use next_cursor as it is)")
-        rows = rows.filter(pk__lt=int(filters.cursor))
-    page = list(rows[: filters.limit + 1])
+    # The web's order and cursors (agents/pages.py): newest first by (created_at, id), each
+    # page read from an index whatever its depth.
+    page = list(pages.older_than(rows, _cursor(filters.cursor))[: filters.limit + 1])
     more = len(page) > filters.limit
     page = page[: filters.limit]
-    return {"items": out.runs(page), "next_cursor": str(page[-1].pk) if more else None}
+    return {"items": out.runs(page), "next_cursor": pages.runs_cursor(page[-1]) if more else None}
+
+
+def _cursor(text: str | None) -> pages.Cursor | None:
+    if not text:
+        return None
+    # An id, as next_cursor was before it was (created_at, id).
+    if text.isascii() and text.isdigit() and int(text) <= MAX_BIG_INT:
+        found = Run.objects.filter(pk=int(text)).first()
+        if found is not None:
+            return pages.Cursor.of(found)
+    try:
+        return pages.Cursor.parse(text, what="cursor")
+    except InputError:
+        raise Problem(
+            422, "cursor: not a cursor this API gave (use next_cursor as it is)"
+        ) from None
 
 
 @router.post("/runs", response={201: RunOut}, summary="Create a run (it is queued at once)")
@@ -92,6 +107,7 @@ def create_run(request, body: RunCreate):
         allowed_hosts=body.allowed_hosts,
         heartbeat_seconds=body.heartbeat_seconds,
         project=body.project,
+        fleet_conflicts=body.fleet_conflicts,
         created_by=request.user,
         actor=actor(request),
     )

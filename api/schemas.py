@@ -6,6 +6,7 @@ bounded so nothing out of range reaches the services.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -72,6 +73,7 @@ class RunCreate(In):
     allowed_hosts: Annotated[list[Line], Field(max_length=100)] = []
     heartbeat_seconds: Count | None = None
     project: Annotated[str, Field(max_length=100)] = ""
+    fleet_conflicts: Literal["agent", "person"] = "agent"
 
 
 class TokensOut(Schema):
@@ -117,6 +119,12 @@ class RunOut(Schema):
     schedule: int | None = None
     trigger: int | None = None
     wake_at: datetime | None = None
+    # Fleets: the run that spawned this one, this one's children (ids), and the spend of this
+    # run and all below it.
+    parent: int | None = None
+    depth: int = 0
+    children: list[int] = []
+    rollup: dict[str, Any] = {}
 
 
 class RunPage(Schema):
@@ -285,6 +293,43 @@ class TurnOut(Schema):
     run_status: str
     cost_usd: str
     handoff_requested: bool
+
+
+class SpawnChild(In):
+    goal: Annotated[str, Field(min_length=1, max_length=20_000)]
+    checks: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=2_000)]], Field(min_length=1)
+    ]
+    from_: Annotated[str, Field(alias="from", max_length=1_000)] = "."
+    budget_tokens: Annotated[int, Field(ge=1)] | None = None
+    budget_cost_usd: Annotated[float, Field(gt=0)] | None = None
+    provider: Literal["scripted", "anthropic"] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    script: dict[str, Any] | None = None
+
+
+class SpawnIn(In):
+    children: Annotated[list[SpawnChild], Field(min_length=1)]
+    wait: Literal["all", "any"] = "all"
+    call_id: Annotated[str, Field(min_length=1, max_length=100)] = Field(
+        default_factory=lambda: f"api-{uuid.uuid4().hex}",
+        description="the same id again returns the same children (a retry makes no duplicate)",
+    )
+
+
+class MergeIn(In):
+    runs: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=100)] | None = None
+
+
+class MergeOut(Schema):
+    output: str
+    merges: list[dict[str, Any]]
+    run_status: str
+
+
+class SpawnOut(Schema):
+    children: list[int]
+    run_status: str
 
 
 class ToolCallIn(In):

@@ -81,7 +81,7 @@ def pending_approvals(user) -> QuerySet[Approval]:
     return (
         visible_approvals(user)
         .pending()
-        .select_related("run", "decided_by")
+        .select_related("run__parent", "decided_by")
         .order_by("created_at", "pk")
     )
 

@@ -9,8 +9,9 @@ import json
 
 from django.template.loader import render_to_string
 
-from agents import approvals
+from agents import approvals, workspaces
 from agents.models import Approval
+from dashboard import access
 from dashboard.markup import diff_lines
 
 
@@ -23,8 +24,12 @@ def render(
     new: bool = False,
     error: str = "",
     request=None,
+    user=None,
 ) -> str:
-    """The card as HTML. `oob` swaps it in place by id; `new` prepends it to an open inbox."""
+    """The card as HTML. `oob` swaps it in place by id; `new` prepends it to an open inbox.
+    With `user` (and `show_run`), a fleet child's card names its fleet (`mark_fleets`)."""
+    if user is not None and show_run:
+        mark_fleets([approval], user)
     context = {
         "approval": approval,
         "can_decide": can_decide,
@@ -36,18 +41,18 @@ def render(
     return render_to_string(f"approvals/inbox.html#{name}", context, request=request)
 
 
+def mark_fleets(approvals, user) -> None:
+    """Each card of a fleet's child names the fleet: `approval.fleet_parent` is the parent run
+    when `user` may see it (else None: the card says only that it is part of a fleet). Read the
+    approvals with select_related("run__parent"): no query here."""
+    for approval in approvals:
+        parent = approval.run.parent if approval.run.parent_id else None
+        approval.fleet_parent = parent if parent and access.can_see(user, parent) else None
+
+
 def _workspace_file(run, rel: str, limit: int = 200_000) -> str | None:
-    root = run.workspace_path.resolve()
-    try:
-        target = (root / rel).resolve()
-    except (OSError, ValueError):
-        return None
-    if root not in target.parents or not target.is_file() or target.stat().st_size > limit:
-        return None
-    try:
-        return target.read_text(errors="replace")
-    except OSError:
-        return None
+    data = workspaces.read_live(run, rel, limit)
+    return None if data is None else data.decode(errors="replace")
 
 
 def _unified(a: str, b: str, before: str, after: str) -> str:

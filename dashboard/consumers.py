@@ -24,6 +24,12 @@ CATCH_UP_CHUNK = 500
 
 class LiveConsumer(AsyncWebsocketConsumer):
     mode = "page"  # page | list | approvals | run
+    run_id: int | None = None
+    rights: access.Rights | None = None
+    last_seq = 0
+    sees_all = False
+    busy = 0  # > 0: connecting or catching up (dashboard.fanout sends nothing straight)
+    queued_upto = 0  # the last seq dashboard.fanout put on this socket's channel
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels' own, without its aclose_old_connections() before every message: that is
@@ -57,29 +63,32 @@ class LiveConsumer(AsyncWebsocketConsumer):
             except ValueError:
                 self.last_seq = last_seq
         # The feed's starting point is fixed before the catch-up below reads the database,
-        # and the groups are joined before it too: whatever the catch-up misses arrives live.
+        # and the socket is registered before it too: whatever the catch-up misses arrives live
+        # (on the socket's own channel while it connects, then handled in order).
         await live.feed.ensure_running()
-        await self.channel_layer.group_add(fanout.RUNS_GROUP, self.channel_name)
-        if self.mode == "run":
-            await self.channel_layer.group_add(fanout.run_group(self.run_id), self.channel_name)
-        await self.accept()
-        if self.mode == "run":
-            await self._catch_up(always_side=self.reconnect)
-        if self.reconnect:
-            html = await database_sync_to_async(self._refresh)()
-            if html:
-                await self.send(text_data=html)
+        self.busy += 1
+        fanout.viewers.add(self)
+        try:
+            await self.accept()
+            if self.mode == "run":
+                await self._catch_up(always_side=self.reconnect, connecting=True)
+            if self.reconnect:
+                html = await database_sync_to_async(self._refresh)()
+                if html:
+                    await self.send(text_data=html)
+        finally:
+            self.busy -= 1
 
     async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(fanout.RUNS_GROUP, self.channel_name)
-        if getattr(self, "run_id", None) is not None:
-            await self.channel_layer.group_discard(fanout.run_group(self.run_id), self.channel_name)
+        fanout.viewers.discard(self)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
         pass  # the page only listens; actions go through POSTs with CSRF
 
     # --- a run's events ----------------------------------------------------------------------
     async def run_events(self, message: dict[str, Any]) -> None:
+        """A batch the fan-out could not send straight away (dashboard.fanout): this socket was
+        catching up, had a batch queued before this one, or missed one."""
         events = [e for e in message["events"] if e["seq"] > self.last_seq]
         if not events:
             return  # already sent (by the catch-up, or before a reconnect)
@@ -87,24 +96,45 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not contiguous:
             await self._catch_up()  # a dropped message: read the gap from the database
             return
-        # A hundred viewers of one run share one render and one trip to the database thread.
+        # Viewers of one run with the same rights share one render (and one trip to the
+        # database thread); the fan-out has usually rendered it already.
+        # The tail of a batch a catch-up read in part is a fragment of its own.
+        stat = "renders" if len(events) == len(message["events"]) else "tail_renders"
         html = await live.cache.aget_or_render(
-            self._events_key(events), lambda: self._render_events(events)
+            self._events_key(events), lambda: self._render_events(events, stat)
         )
         self.last_seq = events[-1]["seq"]
         await self.send(text_data=html)
 
-    async def _catch_up(self, *, always_side: bool = False) -> None:
-        while True:
-            html, last, count = await database_sync_to_async(self._render_from_db)(
-                self.last_seq, always_side
-            )
-            if html:
-                await self.send(text_data=html)
-            self.last_seq = max(self.last_seq, last)
-            always_side = False
-            if count < CATCH_UP_CHUNK:
-                return
+    def rendered(self, events: list[dict[str, Any]]) -> str:
+        """The fragment for these events as this socket's viewer sees it: the same for every
+        viewer of the run with the same rights (called in the database thread)."""
+        return live.cache.get_or_render(
+            self._events_key(events), lambda: self._render_events(events)
+        )
+
+    async def _catch_up(self, *, always_side: bool = False, connecting: bool = False) -> None:
+        self.busy += 1  # the fan-out sends nothing straight meanwhile
+        try:
+            while True:
+                # Sockets of the run at the same seq with the same rights (a hundred that all
+                # missed one batch) share one read and render, as they share live batches. Not
+                # while connecting: a read that began before this socket was registered may
+                # miss what the feed had already fanned out.
+                after = self.last_seq
+                key = ("catch-up", self.run_id, after, self.rights, always_side)
+                html, last, count = await live.cache.ashare(
+                    object() if connecting else key,
+                    lambda after=after, side=always_side: self._render_from_db(after, side),
+                )
+                if html:
+                    await self.send(text_data=html)
+                self.last_seq = max(self.last_seq, last)
+                always_side = False
+                if count < CATCH_UP_CHUNK:
+                    return
+        finally:
+            self.busy -= 1
 
     def _load_run(self, run_id: int):
         run = Run.objects.filter(pk=run_id).first()
@@ -113,6 +143,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return access.Rights.of(self.user, run), run.last_seq
 
     def _render_from_db(self, after: int, always_side: bool) -> tuple[str, int, int]:
+        fanout.viewers.stats["catch_up_reads"] += 1
         rows = stream.after(self.run_id, after, limit=CATCH_UP_CHUNK)
         if not rows and not always_side:
             return "", after, 0
@@ -126,7 +157,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def _events_key(self, events: list[dict[str, Any]]) -> tuple:
         return ("run", self.run_id, events[0]["seq"], events[-1]["seq"], self.rights)
 
-    def _render_events(self, events: list[dict[str, Any]]) -> str:
+    def _render_events(self, events: list[dict[str, Any]], stat: str = "renders") -> str:
+        fanout.viewers.stats[stat] += 1
         rows = stream.attach_approvals([stream.from_message(e) for e in events])
         return panels.render_push(self.run_id, rows, self.rights)
 
@@ -156,6 +188,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return (
             self.query.get("page", "1") == "1"
             and not self.query.get("q")
+            and not self.query.get("group")  # grouped by fleet: a new row's place is its fleet's
             and self.query.get("status", "") in {"", RunStatus.QUEUED}
         )
 
@@ -186,7 +219,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         )
 
     def _cards(self, approvals: list[tuple[int, str]]) -> str:
-        found = Approval.objects.select_related("run", "decided_by").in_bulk(
+        found = Approval.objects.select_related("run__parent", "decided_by").in_bulk(
             [a for a, _ in approvals]
         )
         can = access.can_decide(self.user)
@@ -196,18 +229,24 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if approval is None:
                 continue
             new = kind == "approval.requested" and approval.status == "pending"
-            parts.append(cards.render(approval, can_decide=can, show_run=True, oob=True, new=new))
+            parts.append(
+                cards.render(
+                    approval, can_decide=can, show_run=True, oob=True, new=new, user=self.user
+                )
+            )
         return "".join(parts)
 
     def _refresh(self) -> str:
         """After a reconnect: what may have changed while the socket was down."""
         parts = [self._count()]
         if self.mode == "approvals":
+            pending = list(access.pending_approvals(self.user))
+            cards.mark_fleets(pending, self.user)
             parts.append(
                 render_to_string(
                     "approvals/inbox.html#approval-list",
                     {
-                        "approvals": list(access.pending_approvals(self.user)),
+                        "approvals": pending,
                         "can_decide": access.can_decide(self.user),
                         "oob": True,
                     },

@@ -373,6 +373,7 @@ class RunFilterForm(forms.Form):
         "since",
         [("", "Any time"), ("today", "Spent today"), ("week", "Spent this week")],
     )
+    fleet = _choice("fleet", [("", "Fleets or not"), ("only", "Fleets only")])
 
     def active(self) -> dict[str, str]:
         """The good filters given (after is_valid(): a bad one is left out)."""

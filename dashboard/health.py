@@ -1,5 +1,5 @@
-"""Health for operators: /healthz (the process is up), /readyz (database, queue and channel
-layer reachable) and /metrics (Prometheus text format)."""
+"""Health for operators: /healthz (the process is up), /readyz (database, queue, channel layer
+and blob store reachable) and /metrics (Prometheus text format)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from huey.contrib.djhuey import HUEY
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from agents import isolation
+from agents import blobstore, isolation
 from agents.models import Approval, ApprovalStatus, Run, RunStatus
-from dashboard import hub
+from dashboard import fanout, hub
 
 
 def _allowed(request: HttpRequest) -> bool:
@@ -71,6 +71,12 @@ def readyz(request: HttpRequest) -> HttpResponse:
         checks["channels"] = "ok"
     except Exception as e:
         checks["channels"] = f"error: {e}"
+    try:
+        # S3: the bucket answers a HEAD and a list; a folder: it is there and writable.
+        blobstore.configured().check_ready()
+        checks["store"] = "ok"
+    except Exception as e:
+        checks["store"] = f"error: {e}"
     ready = all(v == "ok" for v in checks.values())
     # What runs' commands get on this machine (a worker's own may differ: each run records its).
     return JsonResponse(
@@ -112,6 +118,21 @@ class ShiftlogCollector:
             "shiftlog_queue_depth",
             "Tasks waiting in the huey queue",
             value=HUEY.pending_count(),
+        )
+        # This process's live fan-out (not the database's: each web process has its own).
+        stats = fanout.viewers.stats
+        for name, what in (
+            ("batches", "Batches of a run's events this process fanned out"),
+            ("events", "Events this process fanned out to the viewers of their runs"),
+            ("renders", "Event fragments this process rendered for its viewers"),
+            ("tail_renders", "Fragments of a batch's tail a catch-up had read in part"),
+            ("frames", "Frames sent straight to a viewer by the fan-out"),
+            ("queued", "Batches a viewer took through its own channel (catching up)"),
+            ("held", "Batches a viewer already held, read from the log by its catch-up"),
+        ):
+            yield CounterMetricFamily(f"shiftlog_live_{name}", what, value=stats[name])
+        yield GaugeMetricFamily(
+            "shiftlog_live_sockets", "Live sockets open in this process", len(fanout.viewers.pages)
         )
 
 

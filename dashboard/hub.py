@@ -3,7 +3,7 @@
 The process that commits events (a worker, or a web process recording a person's action)
 publishes them right after the commit (`push_committed`, connected in dashboard.apps) to the
 `hub` channel layer (channels-redis), once, to one group that each web process's listener has
-joined; the listener fans them out to its own sockets through the in-memory `default` layer, as
+joined; the listener fans them out to its own sockets (dashboard.fanout), as
 the tail does. So a commit costs Redis one message per web process, not one per socket, and
 several web processes cost the database nothing.
 """

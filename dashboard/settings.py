@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import secrets
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -339,6 +340,10 @@ def _otel_endpoint() -> str:
 SHIFTLOG = {
     "WORKSPACE_ROOT": Path(env_str("SHIFTLOG_WORKSPACES", str(DATA_DIR / "workspaces"))),
     "BLOB_ROOT": Path(env_str("SHIFTLOG_BLOBS", str(DATA_DIR / "blobs"))),
+    # Where blobs live: unset or a folder path = the folder BLOB_ROOT (the embedded default);
+    # "s3://BUCKET/PREFIX" = S3-compatible object storage, configured through boto3's own
+    # environment and config files (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles...).
+    "BLOB_STORE": env_str("SHIFTLOG_BLOB_STORE"),
     # A worker's claim on a run; renewed at every step and while a tool runs.
     "LEASE_SECONDS": env_number("SHIFTLOG_LEASE_SECONDS", 30.0, float),
     # A queued run no worker has claimed for this long is enqueued again by the reaper.
@@ -379,8 +384,29 @@ SHIFTLOG = {
     "WEBHOOK_BACKOFF_SECONDS": env_number("SHIFTLOG_WEBHOOK_BACKOFF", 2.0, float),
     # A checkpoint after every N file-changing tool calls (0: only at session ends and approvals).
     "CHECKPOINT_EVERY": int(env_number("SHIFTLOG_CHECKPOINT_EVERY", 10)),
+    # Workspaces as each host's cache: every tool call that changed the workspace is stored
+    # before its result commits, and a worker restores a run's workspace where it claims it.
+    # On by default with an S3 store (no shared folders); SHIFTLOG_WORKSPACE_CACHE=1/0 overrides.
+    "WORKSPACE_CACHE": env_bool(
+        "SHIFTLOG_WORKSPACE_CACHE", env_str("SHIFTLOG_BLOB_STORE").startswith("s3://")
+    ),
+    # This host's name in events (workspace.restored) and leases; the machine's by default.
+    "HOST": env_str("SHIFTLOG_HOST") or socket.gethostname(),
+    # A host keeps at most this much of other runs' workspaces (least recently used go first).
+    "WORKSPACE_CACHE_MB": int(env_number("SHIFTLOG_WORKSPACE_CACHE_MB", 10240)),
+    # A worker watches the workspace it drives (inotify) so checkpoints look only at what changed.
+    "CHANGE_FEED": env_bool("SHIFTLOG_CHANGE_FEED", True),
+    # A file outside every workspace where each tool call appends a line before it runs
+    # (agents/runtime/ledger.py): an outside record of what ran, for soak tests; unset: none.
+    "TOOL_LEDGER": env_str("SHIFTLOG_TOOL_LEDGER"),
     # Run the checks at every session end too, so the ratchet sees progress slip between finishes.
     "CHECKS_AT_SESSION_END": env_bool("SHIFTLOG_CHECKS_AT_SESSION_END", True),
+    # A worker runs those checks while the next session starts (its first model call), and
+    # the session's first tool call waits for them; off: the session change waits instead.
+    "DEFER_SESSION_CHECKS": env_bool("SHIFTLOG_DEFER_SESSION_CHECKS", True),
+    # After a handoff the next session starts in the same slice when it has time left (off:
+    # every session change ends the slice and the run is queued again).
+    "NEXT_SESSION_IN_SLICE": env_bool("SHIFTLOG_NEXT_SESSION_IN_SLICE", True),
     # The Overview page: a running or verifying run with no event for this long looks stuck.
     "STUCK_MINUTES": int(env_number("SHIFTLOG_STUCK_MINUTES", 10)),
     # /readyz and /metrics: with a token, callers send `Authorization: Bearer TOKEN`; without
@@ -410,4 +436,8 @@ SHIFTLOG = {
     # An OpenTelemetry collector (OTLP over HTTP): each run that ends is sent to it as a trace
     # (agents/telemetry.py). Empty: nothing is exported.
     "OTEL_ENDPOINT": _otel_endpoint(),
+    # Fleets (agents/fleet_spawn.py): how deep runs may spawn runs (a root is depth 0), and how
+    # many children one spawn_runs call may start. Beyond them the tool answers with an error.
+    "FLEET_MAX_DEPTH": int(env_number("SHIFTLOG_FLEET_MAX_DEPTH", 2)),
+    "FLEET_MAX_CHILDREN": int(env_number("SHIFTLOG_FLEET_MAX_CHILDREN", 8)),
 }

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agents.branches import in_ranges
 from agents.eventlog import describe
-from agents.models import Approval, Event, in_ranges
+from agents.models import Approval, Event
 
 PAGE_SIZE = 50  # events on first open, and per "older" page
 LONG_LINES = 12

@@ -14,7 +14,9 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from agents.models import Run, in_ranges
+from agents.branches import abandoned, in_ranges
+from agents.models import Run
+from dashboard import timeline_fleet
 from dashboard.timeline_index import OPEN, TOOL, RunIndex
 
 DETAIL_ITEMS = 1500
@@ -63,11 +65,22 @@ def _r(ms: float) -> float:
 class Answer:
     """The JSON for one window of one run."""
 
-    def __init__(self, run: Run, index: RunIndex, window: Window) -> None:
+    def __init__(
+        self,
+        run: Run,
+        index: RunIndex,
+        window: Window,
+        children: list[timeline_fleet.Child] | None = None,
+        children_total: int = 0,
+    ) -> None:
         self.run, self.ix, self.w = run, index, window
-        self.ranges = [(m.to_seq, m.from_seq) for m in index.rewinds]
+        self.children, self.children_total = children or [], children_total
+        self.ranges = abandoned((m.to_seq, m.from_seq) for m in index.rewinds)
         self.start_ms = index.ms_at(window.first)
         self.end_ms = max(index.ms_at(window.last), self.start_ms + 1.0)
+        if self.children and window.last == index.last_seq:
+            # A fleet's parent waits while its children work: its window's end reaches theirs.
+            self.end_ms = max(self.end_ms, timeline_fleet.last_ms(self.children) or 0.0)
         self.now_ms = index.ev_ms[-1]
         self.lanes = lanes_for(index.sessions_in(window.first, window.last))
         self.ranges_by_lane = [
@@ -124,6 +137,15 @@ class Answer:
             ]
         else:
             out["buckets"] = self.buckets()
+        if self.children:
+            out["children"] = timeline_fleet.lanes(
+                self.children,
+                first_lane=len(self.lanes),
+                start_ms=self.start_ms,
+                end_ms=self.end_ms,
+                n_buckets=self.n_buckets,
+                total=self.children_total,
+            )
         return out
 
     def bucket_seqs(self) -> list[int]:

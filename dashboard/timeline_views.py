@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 
 from agents import inputs
 from agents.models import Event, Run
-from dashboard import access, panels, stream, timeline, timeline_index
+from dashboard import access, panels, stream, timeline, timeline_fleet, timeline_index
 from dashboard.forms import PolicyForm
 
 AROUND = 25  # events shown either side of the one a timeline bar leads to
@@ -23,7 +23,8 @@ AROUND = 25  # events shown either side of the one a timeline bar leads to
 @require_GET
 def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.get_run_for_user(request.user, run_id)
-    return render(request, "runs/timeline.html", {"run": run})
+    has_children = access.visible_runs(request.user).filter(parent=run).exists()
+    return render(request, "runs/timeline.html", {"run": run, "has_children": has_children})
 
 
 def _error(message: str, status: int) -> JsonResponse:
@@ -73,9 +74,21 @@ def timeline_json(request: HttpRequest, run_id: int) -> HttpResponse:
         window = parse_window(request.GET, run.last_seq)
     except inputs.InputError as e:
         return _error(str(e), 400)
+    kids = list(
+        access.visible_runs(request.user)
+        .filter(parent=run)
+        .order_by("pk")[: timeline_fleet.MAX_CHILD_LANES + 1]
+    )
+    total = len(kids)
+    if total > timeline_fleet.MAX_CHILD_LANES:
+        total = access.visible_runs(request.user).filter(parent=run).count()
     with timeline_index.LOCK:
         index = timeline_index.index_for(run)
-        data = timeline.Answer(run, index, window).as_json()
+        children = [
+            timeline_fleet.Child(k, timeline_index.index_for(k) if k.last_seq else None)
+            for k in kids[: timeline_fleet.MAX_CHILD_LANES]
+        ]
+        data = timeline.Answer(run, index, window, children, total).as_json()
     ms = (time.perf_counter() - started) * 1000
     data["server_ms"] = round(ms, 2)
     response = JsonResponse(data)

@@ -11,10 +11,12 @@ from dashboard import (
     checkpoint_views,
     export_views,
     find_views,
+    fleet_views,
     health,
     hooks,
     memory_views,
     overview_views,
+    panel_views,
     schedule_views,
     timeline_views,
     views,
@@ -44,6 +46,16 @@ urlpatterns = [
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/events/", views.run_events, name="run-events"),
     path("runs/<id:run_id>/state", views.run_state, name="run-state"),
+    path("runs/<id:run_id>/fleet", fleet_views.run_fleet, name="run-fleet"),
+    *[
+        path(
+            f"runs/<id:run_id>/{panel}/",
+            panel_views.panel_page,
+            {"panel": panel},
+            name=f"run-{panel}",
+        )
+        for panel in panel_views.PANELS
+    ],
     path("runs/<id:run_id>/events/<id:seq>/", timeline_views.run_event, name="run-event"),
     path("runs/<id:run_id>/timeline/", timeline_views.run_timeline, name="run-timeline"),
     path("runs/<id:run_id>/timeline.json", timeline_views.timeline_json, name="run-timeline-json"),

@@ -15,8 +15,7 @@ from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.signals import user_login_failed
 from django.contrib.auth.tokens import default_token_generator
-from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,8 +24,7 @@ from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, inputs, overview, services
-from agents.blobstore import BlobStore
+from agents import approvals, blobstore, inputs, overview, pages, services
 from agents.models import (
     Artifact,
     Event,
@@ -36,12 +34,13 @@ from agents.models import (
     RunStatus,
 )
 from agents.providers.scripted import builtin_script
-from dashboard import access, cards, markup, panels, stream, streaming
+from dashboard import access, cards, fleet, fleet_views, markup, panels, stream, streaming
 from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet, RunFilterForm
 from dashboard.redirects import safe_next
 
-RUNS_PER_PAGE = 25
 TEXT_VIEW_LIMIT = 1_000_000
+# A live runs list re-reads its page this often, in case a pushed row was dropped.
+LIST_POLL_SECONDS = 10
 INLINE_IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp"}  # never SVG: it runs script
 
 
@@ -55,20 +54,49 @@ def runs(request: HttpRequest) -> HttpResponse:
     q = request.GET.get("q", "").replace("\x00", "").strip()[:200]
     if q:
         qs = qs.filter(goal__icontains=q)
-    page = Paginator(qs.for_list(), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    grouped = request.GET.get("group") == "fleet"
+    if grouped:  # roots only; each root's fleet below it (one more query for the page)
+        qs = qs.filter(parent__isnull=True)
+    page_error = ""
+    try:
+        page = pages.runs_page(qs, **_runs_cursor(request.GET))
+    except inputs.InputError as e:
+        # A link from an older page, a typo: the newest runs, and a word about it.
+        page_error = f"{e} Showing the newest runs."
+        page = pages.runs_page(qs)
+    query = urlencode(
+        {**filters, **({"q": q} if q else {}), **({"group": "fleet"} if grouped else {})}
+    )
+    if grouped:
+        below = fleet.list_children(request.user, list(page.rows))
+        for root in page.rows:  # the same rows (evaluated once, above)
+            root.fleet_nodes = below[root.pk]
     context = {
+        "grouped": grouped,
         "page": page,
+        "page_error": page_error,
         "form": form,
         "status": filters.get("status", ""),
         "q": q,
         "statuses": RunStatus.choices,
         "filter_query": urlencode(filters),
+        "list_query": query,
         # Rows pushed live follow the status and search filters only: a list filtered by the
         # Overview's figures is as it was loaded (the header's count stays live).
         "rows_live": not (filters.keys() - {"status"}),
+        "list_poll": LIST_POLL_SECONDS,
     }
     template = "runs/list.html#run-table" if request.htmx else "runs/list.html"
-    return render(request, template, context, status=400 if form.errors else 200)
+    return render(request, template, context, status=400 if form.errors or page_error else 200)
+
+
+def _runs_cursor(params) -> dict:
+    """The runs list's place: ?after=CURSOR (older), ?before=CURSOR (newer), ?oldest=1."""
+    if params.get("after"):
+        return {"after": pages.Cursor.parse(params["after"], what="after")}
+    if params.get("before"):
+        return {"before": pages.Cursor.parse(params["before"], what="before")}
+    return {"oldest": params.get("oldest") == "1"}
 
 
 def filter_runs(qs: QuerySet[Run], filters: dict[str, str]) -> QuerySet[Run]:
@@ -83,6 +111,8 @@ def filter_runs(qs: QuerySet[Run], filters: dict[str, str]) -> QuerySet[Run]:
         qs = overview.stalled(qs, timezone.now())
     if filters.get("approvals"):
         qs = overview.waiting_for_approval(qs)
+    if filters.get("fleet"):
+        qs = qs.filter(Q(parent__isnull=False) | Exists(Run.objects.filter(parent=OuterRef("pk"))))
     if filters.get("since"):
         qs = overview.spent_since(qs, overview.window_start(filters["since"], timezone.now()))
     return qs
@@ -191,9 +221,8 @@ def _demo_script() -> dict:
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.get_run_for_user(request.user, run_id)
-    context = panels.context(
-        run, access.Rights.of(request.user, run), everything=request.GET.get("all") == "1"
-    )
+    # ?all=1 (an older page's "show all") is the newest page now: older items come in pages.
+    context = panels.context(run, access.Rights.of(request.user, run))
     rows = stream.mark_abandoned(stream.newest(run.pk), context["abandoned_ranges"])
     context.update(
         {
@@ -202,6 +231,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "has_older": bool(rows) and rows[0].seq > 1,
             "last_seq": rows[-1].seq if rows else 0,
             "policy_form": PolicyForm(initial={"rules": _json(run.tool_policy)}),
+            **fleet_views.context(request.user, run, context.get("rollup")),
         }
     )
     return render(request, "runs/detail.html", context)
@@ -354,7 +384,7 @@ def artifact_view(request: HttpRequest, run_id: int, artifact_id: int) -> HttpRe
     context = {"run": run, "artifact": artifact, "kind": kind, "truncated": False}
     if kind in {"text", "markdown", "binary"}:
         try:
-            data = BlobStore().read_head(artifact.blob_hash, TEXT_VIEW_LIMIT + 1)
+            data = blobstore.configured().read_head(artifact.blob_hash, TEXT_VIEW_LIMIT + 1)
         except (FileNotFoundError, ValueError):
             data = None
             context["missing"] = True
@@ -375,7 +405,7 @@ def artifact_view(request: HttpRequest, run_id: int, artifact_id: int) -> HttpRe
 def artifact_download(request: HttpRequest, run_id: int, artifact_id: int) -> HttpResponse:
     _, artifact = _artifact(request.user, run_id, artifact_id)
     try:
-        f = BlobStore().open(artifact.blob_hash)
+        f = blobstore.configured().open(artifact.blob_hash)
     except (FileNotFoundError, ValueError):
         raise Http404("the artifact's content is missing from the blob store") from None
     inline = request.GET.get("inline") == "1" and artifact.mime_type in INLINE_IMAGES
@@ -393,6 +423,7 @@ def artifact_download(request: HttpRequest, run_id: int, artifact_id: int) -> Ht
 @require_GET
 def approvals_inbox(request: HttpRequest) -> HttpResponse:
     items = list(access.pending_approvals(request.user))
+    cards.mark_fleets(items, request.user)
     return render(
         request,
         "approvals/inbox.html",
@@ -404,7 +435,7 @@ def approvals_inbox(request: HttpRequest) -> HttpResponse:
 @require_POST
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     approval = get_object_or_404(
-        access.visible_approvals(request.user).select_related("run"), pk=approval_id
+        access.visible_approvals(request.user).select_related("run__parent"), pk=approval_id
     )
     decision = request.POST.get("decision")
     comment = request.POST.get("comment", "")
@@ -446,6 +477,7 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         show_run=request.POST.get("show_run") == "1",
         error=error,
         request=request,
+        user=request.user,
     )
     return HttpResponse(card, status=status)
 

@@ -166,6 +166,13 @@ def procs(transactional_db, tmp_path):
 
 
 @pytest.fixture
+def slice_per_session(settings):
+    """Each session change ends the slice, as when a worker's slice is out of time at a
+    handoff: what people do between two slices reaches the next session's first message."""
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "NEXT_SESSION_IN_SLICE": False}
+
+
+@pytest.fixture
 def decider(db):
     return user_with("dana", "decide_approval")
 
@@ -201,3 +208,7 @@ if os.environ.get("DATABASE_URL"):  # the PostgreSQL pass (tests/postgres_redis.
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
+
+
+# The S3 blob store's tests: moto's server and a bucket per test (tests/s3.py).
+from tests.s3 import moto_server, s3_env, s3_url  # noqa: E402, F401

@@ -66,9 +66,13 @@ class FakeAnthropic:
         stop_reason: str = "end_turn",
         model: str = "claude-sonnet-4-5",
         usage: dict[str, int] | None = None,
+        delay: float = 0.0,
     ) -> None:
-        """Queue a Message that passes the SDK's strict validation."""
-        self.push(self.message_body(content, stop_reason=stop_reason, model=model, usage=usage))
+        """Queue a Message that passes the SDK's strict validation (`delay`: as in push)."""
+        self.push(
+            self.message_body(content, stop_reason=stop_reason, model=model, usage=usage),
+            delay=delay,
+        )
 
     def push_error(
         self, status: int, message: str, err_type: str, *, headers: dict | None = None

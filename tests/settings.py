@@ -24,5 +24,8 @@ from dashboard.settings import *  # noqa: E402,F403
 from dashboard.settings import HUEY  # noqa: E402
 
 HUEY = {**HUEY, "huey_class": "huey.MemoryHuey", "immediate": False}
-SHIFTLOG = {**SHIFTLOG, "DEMO_TURN_DELAY_SECONDS": 0.0}  # noqa: F405
+# The in-process tests run inside one transaction that a second thread's connection cannot see:
+# the session-end checks run inline here. Real workers (tests/procs.py) defer them, and
+# tests/test_deferred_checks.py turns it on with transactional tests.
+SHIFTLOG = {**SHIFTLOG, "DEMO_TURN_DELAY_SECONDS": 0.0, "DEFER_SESSION_CHECKS": False}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 
 from agents import checkpoints, services, workspaces
 from agents.blobstore import BlobStore
+from agents.branches import abandoned, in_ranges
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
@@ -65,6 +66,54 @@ def test_the_demo_checkpoints_at_start_session_ends_and_before_approval(decider)
     run = drive_until_idle(run)
     final = run.checkpoints.order_by("-seq").first()
     assert final.kind == "session_end" and final.parent == pre_approval  # the final one
+
+
+def test_the_abandoned_ranges_of_rewinds_into_branches_they_left():
+    # Rewound at 21 to #10, then at 41 to #25: both branches are off.
+    assert abandoned([(10, 20), (25, 40)]) == [(10, 20), (25, 40)]
+    # Then at 51 back to #30, a checkpoint of the branch the second rewind left: that branch
+    # (21-30) is live again, with what the first rewind left still off.
+    assert abandoned([(10, 20), (25, 40), (30, 50)]) == [(10, 20), (30, 50)]
+    # Back to #15, on the first branch left: only what followed #15 is off.
+    assert abandoned([(10, 20), (25, 40), (15, 50)]) == [(15, 50)]
+    # To the last seq a rewind left (its pre-approval checkpoint): that whole branch is back.
+    assert abandoned([(10, 20), (20, 30)]) == [(20, 30)]
+    # Rewound at 21 to #5 and at 41 to #15 (on the first branch); then at 51 to #30, taken on the
+    # branch the first rewind began: what that rewind left (6-20) is off again, as it was then.
+    assert abandoned([(5, 20), (15, 40), (30, 50)]) == [(5, 20), (30, 50)]
+    # Seen in the soak: to #6 twice, to #16, then to #108 of the branch begun at 57.
+    rewinds = [(6, 56), (6, 112), (16, 168), (108, 200)]
+    assert abandoned(rewinds) == [(6, 56), (108, 200)]
+
+
+def test_a_rewind_to_a_checkpoint_of_an_abandoned_branch_resumes_that_branch(decider):
+    """Its workspace and its conversation are the checkpoint's: the agent goes on from where
+    it was then, not from where the branch it left began (found by bench/chaos.py: the script
+    played again turns whose effects the workspace already held)."""
+    run = drive_until_idle(services.create_demo_run())
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    start = run.checkpoints.get(kind="run_start")
+    later = run.checkpoints.get(kind="session_end")
+    checkpoints.rewind(run.pk, start.pk, actor="user:dana")
+    assert in_ranges(later.seq, Event.objects.abandoned_ranges(run.pk))
+    checkpoints.rewind(run.pk, later.pk, actor="user:dana")
+    live = Event.objects.on_live_branch(run.pk)
+    assert live.filter(seq=later.seq).exists()
+    assert workspace_tree(run) == later.tree
+    turns = live.filter(kind="model.turn", seq__lte=later.seq).order_by("-seq")
+    assert turns.first().payload["meta"] == later.state["provider_meta"]
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    approve_pending(run, decider)
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    # Session 1's turns were played once on the live branch: none again after the rewinds.
+    played = [
+        e.payload["meta"].get("script_index")
+        for e in Event.objects.on_live_branch(run.pk).filter(kind="model.turn").order_by("seq")
+        if not e.payload["meta"].get("synthesized")
+    ]
+    assert played == sorted(set(played)), played
 
 
 def test_rewinding_the_demo_to_a_mid_run_checkpoint_and_it_continues_to_success(decider):

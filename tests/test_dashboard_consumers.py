@@ -184,12 +184,11 @@ def test_a_dropped_message_is_read_from_the_database(owner):
             restore()
         assert await nothing_more(comm), "delivery was stopped"
         values = await database_sync_to_async(
-            lambda: Event.objects.filter(pk=third.pk).values(*stream.EVENT_FIELDS)[0]
+            lambda: Event.objects.filter(pk=third.pk).values(
+                *stream.EVENT_FIELDS, "run__created_by_id"
+            )[0]
         )()
-        await get_channel_layer().group_send(
-            fanout.run_group(run.pk),
-            {"type": "run.events", "events": [stream.to_message(values)]},
-        )
+        await fanout.publish(get_channel_layer(), [values])
         got = await receive_until(comm, lambda t: start + 3 in seqs(t))
         assert seqs(got) == [start + 1, start + 2, start + 3]
         await comm.disconnect()

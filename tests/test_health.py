@@ -27,7 +27,13 @@ def test_readyz_checks_database_queue_and_channel_layer(client):
     assert response.status_code == 200
     body = response.json()
     isolation = body.pop("isolation")
-    assert body == {"ready": True, "database": "ok", "queue": "ok", "channels": "ok"}
+    assert body == {
+        "ready": True,
+        "database": "ok",
+        "queue": "ok",
+        "channels": "ok",
+        "store": "ok",
+    }
     # What runs' commands get here: bubblewrap on this machine, so runs may start.
     assert isolation["isolation"] == "bwrap" and isolation["runs_may_start"] is True
     assert isolation["limits"]["processes"] and "egress" in isolation

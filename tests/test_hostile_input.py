@@ -40,6 +40,8 @@ bad_json = st.one_of(
     st.sampled_from(["[NaN]", '[{"tool": "bash", "action": Infinity}]', "{", "[1,", "\x00"]),
     st.just("[" + ",".join(['{"tool": "bash", "action": "allow"}'] * 60_000) + "]"),
 )
+# A budget left blank means "unchanged": on its own it is good input (a resume that acts).
+bad_budget = bad_number.filter(lambda v: v != "")
 bad_choice = st.one_of(st.sampled_from(["", "APPROVE", "approve ", "drop", "\x00"]), bad_text)
 bad_id = st.one_of(st.sampled_from(BIG + NON_FINITE + NOT_NUMBERS + ["0", "-1"]), bad_text)
 
@@ -72,10 +74,10 @@ def endpoints(run: Run, approval: Approval, checkpoint: Checkpoint):
             "post",
             f"/runs/{r}/resume",
             {
-                "max_sessions": bad_number,
-                "max_tokens": bad_number,
-                "max_cost_usd": bad_number,
-                "max_wall_seconds": bad_number,
+                "max_sessions": bad_budget,
+                "max_tokens": bad_budget,
+                "max_cost_usd": bad_budget,
+                "max_wall_seconds": bad_budget,
             },
         ),
         ("post", f"/runs/{r}/checkpoint", {"label": bad_text}),

@@ -148,7 +148,7 @@ def test_remember_for_the_project_without_a_project_stays_in_run_memory(db):
     assert memory_of(run) == {"k": "v"} and not ProjectMemory.objects.exists()
 
 
-def test_people_edit_pin_delete_and_promote_as_events_and_the_agent_is_told(db):
+def test_people_edit_pin_delete_and_promote_as_events_and_the_agent_is_told(db, slice_per_session):
     run = make_run(
         project="p",
         turns=[remember("a", "first"), remember("b", "second"), handoff(), finish_turn()],

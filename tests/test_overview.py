@@ -65,6 +65,7 @@ def test_counts_are_by_status_with_every_status_listed():
         "awaiting_approval": 0,
         "paused": 1,
         "verifying": 0,
+        "waiting_for_children": 0,
         "succeeded": 1,
         "failed": 0,
         "cancelled": 0,

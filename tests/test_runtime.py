@@ -387,7 +387,9 @@ def test_a_scripted_delay_simulates_model_latency(db):
     assert time.monotonic() - started >= 0.3
 
 
-def test_notes_between_sessions_reach_the_next_session_once_and_break_nothing(db):
+def test_notes_between_sessions_reach_the_next_session_once_and_break_nothing(
+    db, slice_per_session
+):
     turns = [{"tool_calls": [call("list_files")]}] * 3 + [finish_turn()]
     run = make_run(turns=turns, max_turns_per_session=1)
     for text in ("first gap", "second gap"):

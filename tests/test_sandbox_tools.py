@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -368,6 +370,46 @@ def test_write_file_errors(ws: Workspace) -> None:
     nul = execute(ws, "write_file", {"path": "a\x00b", "content": "x"})
     assert nul.is_error
     assert "NUL" in nul.output
+
+
+def test_write_file_keeps_a_files_mode_and_leaves_no_temporary_file(ws: Workspace) -> None:
+    script = ws.path / "run.sh"
+    script.write_text("#!/bin/sh\necho old\n")
+    script.chmod(0o755)
+    result = execute(ws, "write_file", {"path": "run.sh", "content": "#!/bin/sh\necho new\n"})
+    assert not result.is_error, result.output
+    assert script.read_text() == "#!/bin/sh\necho new\n"
+    assert script.stat().st_mode & 0o777 == 0o755
+    execute(ws, "write_file", {"path": "new.txt", "content": "n"})
+    assert (ws.path / "new.txt").stat().st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(ws.path)) == ["new.txt", "run.sh"]
+
+
+def test_a_write_the_disk_refuses_leaves_the_old_content_whole(ws: Workspace) -> None:
+    """A file-size limit makes the write fail half way, as a full disk would: the file keeps its
+    old content (it was not truncated first) and no temporary file is left."""
+    (ws.path / "notes.txt").write_text("the old notes\n")
+    code = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from agents.sandbox.tools import _write_bytes\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "try:\n"
+        "    _write_bytes(Path(sys.argv[1]), b'new ' * 100_000)\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ws.path / "notes.txt")],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        check=True,
+    )
+    assert done.stdout.startswith("refused"), done.stdout + done.stderr
+    assert (ws.path / "notes.txt").read_text() == "the old notes\n"
+    assert os.listdir(ws.path) == ["notes.txt"]
 
 
 # --- edit_file -------------------------------------------------------------

@@ -133,7 +133,7 @@ def test_a_note_that_arrived_during_the_session_plays_its_branch(db):
     assert choices(run)[0]["matched"] == {"note": "Indent with tabs, please"}
 
 
-def test_a_note_carried_in_the_sessions_first_message_counts(db):
+def test_a_note_carried_in_the_sessions_first_message_counts(db, slice_per_session):
     # (The agent's own handoff: a synthesized one would carry the choice made as it was asked
     # for, before the note came.)
     handoff = call("handoff", summary="s", done=[], next_steps=[], open_questions=[])

@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from agents import checkpoints, lifecycle, services, telemetry
-from agents.models import Event, EventKind, RunStatus, in_ranges
+from agents.branches import in_ranges
+from agents.models import Event, EventKind, RunStatus
 from tests.conftest import (
     approve_pending,
     call,

@@ -127,7 +127,7 @@ _BASE = dict(
 )
 
 
-def test_notes_from_people_reach_the_next_sessions_wake_up(db):
+def test_notes_from_people_reach_the_next_sessions_wake_up(db, slice_per_session):
     run = make_run(
         turns=[
             {"tool_calls": [call("handoff", summary="one")]},

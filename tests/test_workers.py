@@ -394,8 +394,9 @@ def test_a_worker_killed_mid_tool_is_recovered_and_no_tool_runs_twice(procs, iso
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_while_the_checks_run_is_recovered(procs):
     run = make_run(
-        # The agent calls finish again if its first call is closed as interrupted.
-        turns=[bash("echo work > work.txt"), finish_turn(), finish_turn("again")],
+        # The script ends with finish: the harness runs the checks again for that call rather
+        # than send the agent back to work (found by bench/chaos.py: the script had run out).
+        turns=[bash("echo work > work.txt"), finish_turn()],
         checks=["echo check >> checks.log; sleep 3; test -f work.txt"],
     )
     first = procs.consumer(name="doomed", **SHORT_LEASES)
@@ -415,6 +416,10 @@ def test_a_worker_killed_while_the_checks_run_is_recovered(procs):
     run = wait_until_over(run, procs)
     assert run.status == RunStatus.SUCCEEDED, f"{run.status_reason}\n{dump_events(run.pk)}"
     assert_gap_free(run)
+    # One finish call, answered once, after the checks ran (again) to the end.
+    results = Event.objects.filter(run=run, kind="tool.result", payload__name="finish")
+    assert results.count() == 1 and not results.get().payload["is_error"], dump_events(run.pk)
+    assert Event.objects.filter(run=run, kind="model.turn").count() == 2, dump_events(run.pk)
 
 
 @pytest.mark.django_db
@@ -576,7 +581,13 @@ def test_a_real_consumer_takes_the_demo_through_two_sessions_to_success(procs, d
         what="the demo to wait for approval",
         details=lambda: f"{dump_events(run.pk)}\n{procs.logs()}",
     )
-    assert not Run.objects.get(pk=run.pk).lease_owner
+    # The slice that asked lets go of the run as it ends, a moment after the status changed.
+    wait_for(
+        lambda: not Run.objects.get(pk=run.pk).lease_owner,
+        timeout=10,
+        what="the worker to let go of the waiting run",
+        details=lambda: f"{dump_events(run.pk)}\n{procs.logs()}",
+    )
     procs.kill_hard(first)
     procs.consumer(name="after-the-wait")
     approval = Approval.objects.get(run=run, status="pending")

@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from typing import Any
+
 from django.conf import settings
 
 from agents.models import RunScript
 from agents.providers.base import Provider, ProviderRequestError
 from agents.providers.scripted import ScriptedProvider
 
+# A run's script never changes (create_run writes it once), so a worker keeps the providers of
+# the runs it drove lately: a new slice (after a handoff, say) does not read and parse the whole
+# script again (~1.2 MB of JSON for 10,000 turns). Keyed by the run's creation time as well, as
+# SQLite may give a deleted run's id to a new one.
+_scripted: OrderedDict[tuple[int, Any], ScriptedProvider] = OrderedDict()
+_SCRIPTED_KEPT = 32
+_scripted_lock = threading.Lock()
+
+
+def _scripted_provider(run) -> ScriptedProvider:
+    key = (run.pk, run.created_at)
+    with _scripted_lock:
+        provider = _scripted.get(key)
+        if provider is not None:
+            _scripted.move_to_end(key)
+            return provider
+    script = RunScript.objects.filter(run_id=run.pk).values_list("script", flat=True).first()
+    if script is None:
+        raise ValueError(f"run {run.pk} is scripted but has no script")
+    provider = ScriptedProvider(script, validated=True)
+    with _scripted_lock:
+        _scripted[key] = provider
+        while len(_scripted) > _SCRIPTED_KEPT:
+            _scripted.popitem(last=False)
+    return provider
+
 
 def for_run(run) -> Provider:
     if run.provider == "scripted":
-        script = RunScript.objects.filter(run_id=run.pk).values_list("script", flat=True).first()
-        if script is None:
-            raise ValueError(f"run {run.pk} is scripted but has no script")
-        return ScriptedProvider(script)
+        return _scripted_provider(run)
     if run.provider == "anthropic":
         # Deferred: the SDK takes about a second to import; only workers driving such runs pay.
         from agents.providers.anthropic import AnthropicProvider  # noqa: PLC0415

@@ -15,7 +15,8 @@ out before the run is done, the run fails with that reason.
 
 A script may branch on what people did (a denial's reason, a note, a rewind's note): see
 agents/providers/script_branches.py. A turn's `delay_factor` (0 to 10) stretches the delay for
-that turn; it is capped because nothing renews the worker's lease while the provider sleeps.
+that turn. A script with a delay is called like a real model, on a thread of its own while the
+worker keeps the run's lease (Slice.call_model); one without answers at once (`instant`).
 """
 
 from __future__ import annotations
@@ -96,10 +97,15 @@ class ScriptedProvider:
     name = "scripted"
     offline = True
 
-    def __init__(self, script: dict[str, Any]):
-        self.script = validate_script(script)
+    def __init__(self, script: dict[str, Any], *, validated: bool = False):
+        # A stored script (RunScript) was validated when its run was created (create_run is
+        # its only writer): checking it again cost O(script) at every slice (~0.5 s for 600
+        # turns), which every session change paid.
+        self.script = script if validated else validate_script(script)
         self.plan = script_branches.Plan(self.script["turns"])
         self.delay = float(self.script.get("turn_delay_seconds", 0))
+        # No simulated latency: the slice calls it in its own thread (Slice.call_model).
+        self.instant = not self.delay
 
     def next_turn(self, request: TurnRequest) -> Turn:
         # script_index in meta is the index of the last turn played (-1: none yet), in document

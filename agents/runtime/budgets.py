@@ -8,7 +8,7 @@ import time
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from agents import isolation
+from agents import fleets, isolation
 from agents.eventlog import NewEvent
 from agents.isolation import MIB
 from agents.models import EventKind, Run, RunStatus
@@ -24,9 +24,14 @@ class Budgets:
     def check(self) -> None:
         run = self.s.run
         active = run.active_seconds + (time.monotonic() - self.s.started)
+        tokens, cost = run.total_tokens, run.cost_usd
+        if (run.max_tokens or run.max_cost_usd) and run.children.exists():
+            # A fleet's parent spends through its children too.
+            spent = fleets.rollup(run)
+            tokens, cost = spent.tokens, spent.cost_usd
         limits = [
-            ("tokens", run.total_tokens, run.max_tokens, "max tokens ({limit}) reached"),
-            ("cost", run.cost_usd, run.max_cost_usd, "max cost (${limit}) reached"),
+            ("tokens", tokens, run.max_tokens, "max tokens ({limit}) reached"),
+            ("cost", cost, run.max_cost_usd, "max cost (${limit}) reached"),
             ("wall time", active, run.max_wall_seconds, "max wall time ({limit} s) reached"),
         ]
         for name, used, limit, message in limits:

@@ -4,6 +4,13 @@ A call's `tool.call` event is committed before the tool runs and its `tool.resul
 worker that dies mid-tool leaves a call without a result: the next slice closes it as interrupted
 (`recover`) instead of running it again. Workspace tools run in the sandbox; the harness tools
 (save_artifact, handoff, finish, remember, recall) are the harness's own.
+
+One exception keeps the common step to one transaction: when a turn's first call only reads the
+workspace (READ_ONLY_TOOLS) and nothing stands in its way, it runs before the turn is recorded
+and its result goes into the turn's transaction (`read_first`). A worker that dies before that
+commit leaves nothing of the turn: the next slice asks the model again, exactly as after a death
+during the model call, and the read (which changed nothing) is simply done again. Nothing that
+was committed is lost, and no call with an effect ever runs without its tool.call committed first.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from django.conf import settings
 from agents import checkpoints, memory, sandbox
 from agents.eventlog import NewEvent
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
+from agents.runtime import ledger
 from agents.runtime.conversation import INTERRUPTED
 from agents.runtime.finish import Finish
+from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Cleared, Gate, GatedCall
 from agents.runtime.network import Network
 from agents.runtime.sessions import Sessions
@@ -41,22 +50,58 @@ def call_event(
     return s.event(EventKind.TOOL_CALL, payload, actor="agent")
 
 
+# Calls a dead worker left open that are done again rather than closed as interrupted: the
+# fleet's (idempotent), and finish, whose checks the harness runs again (an agent that said it was
+# done should not have to say so twice because a worker died; found by bench/chaos.py).
+RETRIED = frozenset({"spawn_runs", "merge_children", "finish"})
+# Workspace tools that change nothing: running one again after a crash is the same as running it
+# once, so its call need not be durable before it runs.
+READ_ONLY_TOOLS = frozenset({"read_file", "list_files"})
+
+
 class Calls:
     def __init__(
-        self, s: Slice, gate: Gate, sessions: Sessions, finish: Finish, network: Network
+        self,
+        s: Slice,
+        gate: Gate,
+        sessions: Sessions,
+        finish: Finish,
+        network: Network,
+        fleet: Fleet | None = None,
     ) -> None:
         self.s = s
+        self.fleet = fleet or Fleet(s, gate)
         self.gate = gate
         self.network = network
         self.sessions = sessions
         self.finish = finish
 
-    def run(self, calls: list[GatedCall], *, first_called: bool = False) -> None:
+    def read_first(self, calls: list[GatedCall]) -> sandbox.ToolResult | None:
+        """Run the turn's first call now, before the turn is recorded, when it only reads and
+        is allowed outright (no person to ask, no note to add); its result, or None."""
+        if not calls:
+            return None
+        call = calls[0]
+        if (
+            call.name not in READ_ONLY_TOOLS
+            or call.action != "allow"
+            or call.approval is not None
+            or call.tool_input is None
+        ):
+            return None
+        return self._sandbox(call.name, call.tool_input)
+
+    def run(
+        self, calls: list[GatedCall], *, first_called: bool = False, first_done: bool = False
+    ) -> None:
         """Run the calls in order; `first_called` when the first one's tool.call went in with
-        the model's turn. Every call that needs a person is asked about first, at once, so people
-        can decide them side by side."""
+        the model's turn, `first_done` when its result did too (`read_first`). Every call that
+        needs a person is asked about first, at once, so people can decide them side by side."""
+        self.s.join_deferred()  # the session-end checks read the workspace the calls change
         self.gate.ask(calls)
         for i, call in enumerate(calls):
+            if i == 0 and first_done:
+                continue
             self._run_one(call, already_called=first_called and i == 0)
 
     def _run_one(self, call: GatedCall, *, already_called: bool) -> None:
@@ -75,21 +120,16 @@ class Calls:
     def _execute(self, block: dict[str, Any], cleared: Cleared) -> None:
         s, name, tool_input = self.s, block["name"], cleared.tool_input
         if name in sandbox.WORKSPACE_TOOLS:
-            result = sandbox.execute(
-                s.workspace,
-                name,
-                tool_input,
-                should_stop=s.heartbeat,
-                bash_timeout=settings.SHIFTLOG["BASH_TIMEOUT_SECONDS"],
-                output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
-                isolation=s.isolation,
-                limits=s.limits,
-                toolchain=s.toolchain,
-                egress=self.network.proxy,
-            )
+            if name not in READ_ONLY_TOOLS:  # a read twice is no second effect
+                ledger.record(s.run_id, block["id"], name)
+            # The gate's validated input, unless a person's edit replaced it: that is checked.
+            result = self._sandbox(name, tool_input, validated=cleared.approval is None)
             if cleared.note:
                 result.output = f"{cleared.note}\n\n{result.output}"
-            s.record_result(block, result)
+            # What the call changed is in the store before its result commits (workspaces as
+            # each host's cache): a host lost after the result loses nothing of it.
+            state = s.workspace_state() if name not in READ_ONLY_TOOLS else None
+            s.record_result(block, result, state=state)
             if name == "bash":
                 waiting = self.network.after_command(tool_input["command"])
                 if waiting:  # a new host: a person decides, the run waits at zero compute
@@ -122,6 +162,28 @@ class Calls:
             )
         elif name == "finish":
             self.finish.finish(block)
+        elif name == "spawn_runs":
+            self.fleet.spawn(block, tool_input)
+        elif name == "merge_children":
+            self.fleet.merge(block, tool_input)
+
+    def _sandbox(
+        self, name: str, tool_input: dict[str, Any], *, validated: bool = True
+    ) -> sandbox.ToolResult:
+        s = self.s
+        return sandbox.execute(
+            s.workspace,
+            name,
+            tool_input,
+            should_stop=s.heartbeat,
+            bash_timeout=settings.SHIFTLOG["BASH_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=s.isolation,
+            limits=s.limits,
+            toolchain=s.toolchain,
+            egress=self.network.proxy,
+            validated=validated,
+        )
 
     def _save_artifact(self, tool_input: dict[str, Any]) -> sandbox.ToolResult:
         try:
@@ -146,6 +208,11 @@ class Calls:
         the last turn that never started (those a person has decided since, among them)."""
         s = self.s
         interrupted, not_started = s.conv.unfinished_tool_uses()
+        # Done again, not closed: the fleet's calls (idempotent, agents/runtime/fleet.py), finish.
+        retried = [b for b in interrupted if b["name"] in RETRIED]
+        interrupted = [b for b in interrupted if b["name"] not in RETRIED]
+        for block in retried:
+            self._execute(block, Cleared(sandbox.validate_input(block["name"], block["input"])))
         for block in interrupted:
             s.record_result(
                 block,
@@ -164,5 +231,5 @@ class Calls:
             )
         if not_started:
             self.run(self.gate.plan(not_started))
-        if interrupted or not_started:
+        if interrupted or not_started or retried:
             self.sessions.stop_unless_running()

@@ -24,7 +24,8 @@ from typing import IO, Any
 from django.conf import settings
 from django.utils import timezone
 
-from agents import inputs, leases, sandbox
+from agents import inputs, leases, sandbox, workspaces
+from agents.fleet_spawn import SpawnError
 from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,
@@ -34,6 +35,7 @@ from agents.models import (
     EventKind,
     ExternalCall,
     ExternalCallDecision,
+    FleetChild,
     Run,
     RunStatus,
 )
@@ -42,6 +44,7 @@ from agents.providers.base import Turn, Usage
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import call_event
 from agents.runtime.finish import Finish
+from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Gate, GatedCall, approval_note
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver
@@ -110,6 +113,9 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
         run.refresh_from_db()
         started = time.monotonic()
         s = Slice(run, owner, started + 24 * 3600, started=started)
+        # Where workspaces are each host's cache, this web process's copy (uploads, checks).
+        if (restored := workspaces.ensure_local(run)) is not None:
+            s.append(s.event(EventKind.WORKSPACE_RESTORED, restored))
         budgets = Budgets(s)
         holder: dict[str, Finish] = {}
         sessions = Sessions(s, budgets, ratchet=lambda: holder["finish"].ratchet())
@@ -135,6 +141,50 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
         leases.release(run_id, owner)
 
 
+def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str, Any]:
+    """The agent's spawn_runs: children started from its latest upload (a checkpoint first), the
+    run waiting for them. Asked again with the same call_id, the same children come back."""
+    try:
+        tool_input = sandbox.validate_input("spawn_runs", tool_input)
+    except sandbox.ToolInputError as e:
+        raise ExternalError(str(e), 422) from None
+    done = FleetChild.objects.filter(parent_id=run_id, tool_use_id=call_id)
+    if not done.exists():
+        with _driving(run_id, actor) as h:
+            try:
+                Fleet(h.s, h.gate).start_children(call_id, tool_input)
+            except SpawnError as e:
+                raise ExternalError(f"spawn_runs: {e}", 422) from None
+    return {
+        "children": list(done.order_by("index").values_list("child_id", flat=True)),
+        "run_status": status_of(run_id),
+    }
+
+
+def merge(run_id: int, *, actor: str, runs: list[int] | None) -> dict[str, Any]:
+    """The agent's merge_children, done as Shiftlog's own agent's is (a tool.call, the merge with
+    a checkpoint before and after, its result); the merged workspace is the run's latest
+    checkpoint, for the agent to download. A conflict a person decides leaves the run awaiting
+    approval; the decision is applied at the agent's next call."""
+    tool_input = {} if runs is None else {"runs": runs}
+    block = {"id": f"ext_merge_{uuid.uuid4().hex[:16]}", "name": "merge_children"}
+    with _driving(run_id, actor) as h:
+        called = h.s.append(call_event(h.s, block, tool_input)).events[0].seq
+        with suppress(SliceOver):  # a person decides a conflict: the run waits
+            Fleet(h.s, h.gate).merge(block, tool_input)
+    after = Event.objects.filter(run_id=run_id, seq__gt=called)
+    result = after.filter(kind=EventKind.TOOL_RESULT, payload__tool_use_id=block["id"])
+    return {
+        "output": result.values_list("payload", flat=True).first()["output"],
+        "merges": list(
+            after.filter(kind=EventKind.FLEET_MERGE)
+            .order_by("seq")
+            .values_list("payload", flat=True)
+        ),
+        "run_status": status_of(run_id),
+    }
+
+
 def status_of(run_id: int) -> str:
     return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
 
@@ -142,8 +192,10 @@ def status_of(run_id: int) -> str:
 # --- the session ----------------------------------------------------------------------------
 def context(run_id: int, *, actor: str) -> dict[str, Any]:
     """What the agent starts (or restarts) from: the session's first message and what people
-    and the harness said since."""
+    and the harness said since (after a fleet's children ended: how each did)."""
     with _driving(run_id, actor) as h:
+        with suppress(SliceOver):  # resumed before its children ended: it waits again
+            Fleet(h.s, h.gate).at_start()
         return _context(h)
 
 

@@ -10,6 +10,7 @@ the agent never calls finish.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.db.models import F
 
 from agents import check_settings, done_conditions, sandbox, verification, workspaces
+from agents.eventlog import LeaseLost
 from agents.models import (
     ArtifactKind,
     Checkpoint,
@@ -53,6 +55,7 @@ class Finish:
     def finish(self, block: dict[str, Any]) -> None:
         """The agent called finish: verify; succeed (the slice ends) or tell it what fails."""
         s = self.s
+        s.join_deferred()
         s.transition(
             RunStatus.VERIFYING,
             reason="the agent called finish; running the done-conditions",
@@ -93,20 +96,41 @@ class Finish:
         )
         raise SliceOver(SliceResult.SUCCEEDED)
 
-    def ratchet(self) -> None:
-        """At a handoff: the ratchet's reading at this checkpoint."""
-        if settings.SHIFTLOG["CHECKS_AT_SESSION_END"]:
-            self.verify(at="session_end")
+    def ratchet(self) -> Callable[[Checkpoint], None] | None:
+        """At a handoff: the ratchet's reading. Protected files are put back now, so the
+        session's checkpoint holds the originals. The checks run now too, unless this slice
+        defers them (Slice.deferring): then they are returned, to run on the workspace as the
+        checkpoint holds it while the next session starts (its first tool call waits for
+        them), and they complete that checkpoint's reading."""
+        if not settings.SHIFTLOG["CHECKS_AT_SESSION_END"]:
+            return None
+        notes = self._put_back("session_end")
+        if not self.s.deferring:
+            self._check("session_end", notes)
+            return None
+
+        def later(checkpoint: Checkpoint) -> None:
+            self._check("session_end", notes)
+            state = {**(checkpoint.state or {}), "checks": done_conditions.reading(self.s.run_id)}
+            Checkpoint.objects.filter(pk=checkpoint.pk).update(state=state)
+
+        return later
 
     def verify(self, *, at: str) -> Verification:
         """Run the checks (and acceptance checks) as the harness: protected originals first,
         then record results, regressions and acceptance changes."""
-        s, run = self.s, self.s.run
+        return self._check(at, self._put_back(at))
+
+    def _put_back(self, at: str) -> list[str]:
         notes: list[str] = []
-        if run.protected:
+        if self.s.run.protected:
             notes += self._put_back_protected(at)
-        if run.check_settings is not None:
+        if self.s.run.check_settings is not None:
             notes += self._put_back_check_settings(at)
+        return notes
+
+    def _check(self, at: str, notes: list[str]) -> Verification:
+        s, run = self.s, self.s.run
         extra = [
             c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
         ]
@@ -231,8 +255,15 @@ class Finish:
         so_far = Event.objects.on_live_branch(run.pk).filter(kind=EventKind.JUDGE_VERDICT).count()
         try:
             verdict = verification.run_judge(
-                run, s.provider, diff_text=diff_text, check_results=results, verdicts_so_far=so_far
+                run,
+                s.provider,
+                diff_text=diff_text,
+                check_results=results,
+                verdicts_so_far=so_far,
+                ask=lambda call: s.call_model(call, cancelled=self.sessions.stop_unless_running),
             )
+        except (SliceOver, LeaseLost):
+            raise
         except ProviderError as e:
             self.turns.provider_failed(e)
         except Exception as e:

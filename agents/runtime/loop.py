@@ -13,18 +13,29 @@ tools at most once), `Turns` (the model), `Finish` (done-conditions and the judg
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 
 from django.conf import settings
 from django.db.models import F
 
-from agents import isolation, leases
+from agents import isolation, leases, workspaces
+from agents.blobstore import BlobStoreUnavailable
 from agents.eventlog import LeaseLost, NewEvent
 from agents.isolation import MIB
 from agents.jobs import enqueue
 from agents.lifecycle import IllegalTransition
-from agents.models import EventKind, Run, RunStatus
+from agents.models import (
+    Checkpoint,
+    CheckpointKind,
+    EndReason,
+    Event,
+    EventKind,
+    Run,
+    RunStatus,
+    Session,
+)
 from agents.runtime import prompts
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import Calls, call_event
@@ -37,6 +48,7 @@ from agents.runtime.turns import Turns
 from agents.worker import shutdown_requested
 
 log = logging.getLogger(__name__)
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 
 __all__ = ["Driver", "Outcome", "SliceResult", "drive"]
 
@@ -82,26 +94,75 @@ class Driver:
         self.gate = Gate(s)
         self.network = Network(s, s.isolation)
         self.calls = Calls(s, self.gate, self.sessions, self.finish, self.network)
+        s.may_defer = True  # this slice joins its deferred work before it ends (run)
 
     def run(self) -> SliceResult:
+        if finished := self._finished_before_it_died():
+            return self._complete_success(finished)
         if not self._take():
             return SliceResult.NOT_DRIVABLE
+        watching = None
         try:
+            self._bring_workspace()
+            # The change feed of the workspace while this worker drives the run (checkpoints).
+            watching = workspaces.watch(self.run_obj)
             self._contain()
             self.network.start()
             self.sessions.open()
+            self.calls.fleet.at_start()
             self.network.tell_decisions()
             self.calls.recover()
             while True:
-                self._step()
+                try:
+                    self._step()
+                except SliceOver as over:
+                    if not self._next_session_here(over.result):
+                        raise
         except SliceOver as over:
             return over.result
         except IllegalTransition as e:
             # Someone else (a person) moved the run meanwhile; their word wins.
             log.info("run %s: %s; ending the slice", self.run_id, e)
             return SliceResult.of_status(e.current)
+        except BlobStoreUnavailable as e:
+            return self._pause(str(e))
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            return self._pause_for_space(e)
         finally:
-            self.network.stop()
+            try:
+                self.slice.join_deferred()
+            finally:
+                self.network.stop()
+                workspaces.unwatch(watching)
+            if workspaces.cached():
+                workspaces.evict(keep=self.run_id)
+
+    def _next_session_here(self, result: SliceResult) -> bool:
+        """After a handoff, start the next session in this slice when it has time left: a
+        context reset costs a new session, not a new slice (no release, queue, claim or
+        rebuild from the log)."""
+        s = self.slice
+        if (
+            result != SliceResult.HANDOFF
+            or not settings.SHIFTLOG["NEXT_SESSION_IN_SLICE"]
+            or s.status != RunStatus.RUNNING
+            or shutdown_requested.is_set()
+            or time.monotonic() >= s.deadline
+        ):
+            return False
+        self.sessions.open_next()
+        return True
+
+    def _bring_workspace(self) -> None:
+        """Where workspaces are each host's cache: restore the run's last committed workspace
+        here when this host lacks it or holds an older state, before the first step."""
+        restored = workspaces.ensure_local(self.run_obj)
+        if restored is not None:
+            self.slice.append(
+                NewEvent(EventKind.WORKSPACE_RESTORED, restored, actor=self.slice.owner)
+            )
 
     def _contain(self) -> None:
         """Refuse to run commands this worker cannot isolate (unless the operator allowed it),
@@ -132,15 +193,62 @@ class Driver:
                 )
             )
 
+    def _pause(self, reason: str) -> SliceResult:
+        """Pause the run for what a person or the reaper must see to (the store is down)."""
+        log.warning("run %s: %s", self.run_id, reason)
+        try:
+            self.slice.transition(RunStatus.PAUSED, reason=reason, expect={RunStatus.RUNNING})
+        except IllegalTransition as e:
+            return SliceResult.of_status(e.current)
+        return SliceResult.PAUSED
+
+    def _pause_for_space(self, error: OSError) -> SliceResult:
+        """The disk under the workspaces or the store is full: what was being written (a blob,
+        a checkpoint) was never named by an event, so nothing is half-written. The run waits
+        for a person, who resumes it once there is room (found by bench/chaos.py)."""
+        where = f" ({error.filename})" if error.filename else ""
+        reason = f"the disk is full{where}: {error.strerror}; resume the run once there is room"
+        log.warning("run %s: %s", self.run_id, reason)
+        try:
+            self.slice.transition(RunStatus.PAUSED, reason=reason, expect={RunStatus.RUNNING})
+        except IllegalTransition as e:
+            return SliceResult.of_status(e.current)
+        return SliceResult.PAUSED
+
+    def _finished_before_it_died(self) -> Session | None:
+        """The session that ended as finished when the checks passed and the worker died before
+        the run was marked succeeded (or before its final checkpoint): found by bench/chaos.py."""
+        if self.run_obj.status != RunStatus.VERIFYING:
+            return None
+        last = Session.objects.filter(run_id=self.run_id).order_by("-index").first()
+        return last if last is not None and last.end_reason == EndReason.FINISHED else None
+
+    def _complete_success(self, session: Session) -> SliceResult:
+        s = self.slice
+        s.session = session
+        ended = (
+            Event.objects.filter(run_id=self.run_id, kind=EventKind.SESSION_ENDED)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        )
+        if not Checkpoint.objects.filter(run_id=self.run_id, seq__gt=ended or 0).exists():
+            s.checkpoint(CheckpointKind.SESSION_END, f"end of session {s.session.index} (finished)")
+        s.transition(
+            RunStatus.SUCCEEDED,
+            reason="every done-condition passed (marked after its worker stopped)",
+            expect={RunStatus.VERIFYING},
+        )
+        return SliceResult.SUCCEEDED
+
     def _take(self) -> bool:
         """Move the run to running: from queued, or from verifying when the worker that ran its
-        checks died (its finish call is then closed as interrupted and the agent calls finish
-        again). False when it is in no state to drive."""
+        checks died (its finish call is then done again: the checks run again). False when it
+        is in no state to drive."""
         run = self.run_obj
         moves = {
             RunStatus.QUEUED: "",
-            RunStatus.VERIFYING: "a worker stopped while the done-conditions ran; "
-            "the agent continues",
+            RunStatus.VERIFYING: "a worker stopped while the done-conditions ran; they run again",
         }
         if run.status in moves:
             try:
@@ -163,11 +271,14 @@ class Driver:
         self.sessions.check_limits()
         turn = self.turns.next()
         calls = self.gate.plan(turn.tool_uses)
-        # The first call's tool.call goes in with the turn when nothing stands in its way.
+        # The first call's tool.call goes in with the turn when nothing stands in its way, and
+        # its result too when it only reads (then the whole step is one transaction).
         first_ready = bool(calls) and calls[0].action == "allow"
+        read = self.calls.read_first(calls) if first_ready else None
         self.turns.record(
             turn,
             first_call=call_event(s, calls[0].block) if first_ready else None,
+            first_result=(calls[0].block, read) if read is not None else None,
         )
         if not calls:
             s.harness_message(
@@ -176,5 +287,5 @@ class Driver:
             )
         # Decisions of the previous turn's calls are of no use to this one's.
         s.approvals = {}
-        self.calls.run(calls, first_called=first_ready)
+        self.calls.run(calls, first_called=first_ready, first_done=read is not None)
         self.sessions.stop_unless_running()

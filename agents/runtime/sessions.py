@@ -42,10 +42,16 @@ HANDOFF_GRACE_TURNS = 2
 
 
 class Sessions:
-    def __init__(self, s: Slice, budgets: Budgets, ratchet: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        s: Slice,
+        budgets: Budgets,
+        ratchet: Callable[[], Callable[[Checkpoint], None] | None],
+    ) -> None:
         self.s = s
         self.budgets = budgets
-        # Runs the checks at a handoff (the ratchet's reading at that checkpoint).
+        # Runs the checks at a handoff (the ratchet's reading at that checkpoint), or returns
+        # them to run beside the next session's start (Finish.ratchet).
         self.ratchet = ratchet
 
     # --- opening ------------------------------------------------------------------------
@@ -59,6 +65,17 @@ class Sessions:
             .first()
         ) or self._start()
         self._rebuild()
+
+    def open_next(self) -> None:
+        """Start the next session in the slice that ended the last one (after a handoff): what
+        `_rebuild` would read from the log, the slice knows (the new session holds only its
+        first message; the session-end checkpoint was just taken; no call is open)."""
+        s = self.s
+        s.session = self._start()
+        s.conv = Conversation.from_events([self._started])
+        s.file_changes = 0
+        s.handoff_asked_at = None
+        s.approvals = {}
 
     def _start(self) -> Session:
         s, run = self.s, self.s.run
@@ -121,6 +138,8 @@ class Sessions:
                 run.resume_state = replace(resume, consumed=True).as_json()
                 Run.objects.filter(pk=run.pk).update(resume_state=run.resume_state)
         s.absorb(appended)
+        started = appended.events[0]
+        self._started = (started.seq, started.kind, started.payload)
         s.session = session
         if index == 1 and not Checkpoint.objects.filter(run_id=s.run_id).exists():
             kind = CheckpointKind.FORK if run.forked_from_id else CheckpointKind.RUN_START
@@ -255,8 +274,8 @@ class Sessions:
     # --- ending -------------------------------------------------------------------------
     def end(self, reason: str, extra: list[eventlog.NewEvent] | None = None) -> None:
         s = self.s
-        if reason == EndReason.HANDOFF:
-            self.ratchet()
+        s.join_deferred()
+        later = self.ratchet() if reason == EndReason.HANDOFF else None
         events = [
             *(extra or []),
             s.event(EventKind.SESSION_ENDED, {"index": s.session.index, "reason": reason}),
@@ -268,7 +287,11 @@ class Sessions:
             )
         s.absorb(appended)
         if reason in {EndReason.HANDOFF, EndReason.FINISHED}:
-            s.checkpoint(CheckpointKind.SESSION_END, f"end of session {s.session.index} ({reason})")
+            checkpoint = s.checkpoint(
+                CheckpointKind.SESSION_END, f"end of session {s.session.index} ({reason})"
+            )
+            if later is not None:
+                s.defer(lambda: later(checkpoint), "session-end checks")
 
     def stop_unless_running(self) -> None:
         """Between steps: if a person paused, cancelled or otherwise moved the run, stop."""

@@ -9,19 +9,34 @@ Everything in it is rebuilt from the database when a slice starts: nothing lives
 from __future__ import annotations
 
 import mimetypes
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from functools import cached_property
+from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
+from django.db import connections, transaction
 
-from agents import checkpoints, eventlog, isolation, leases, lifecycle, providers, sandbox
-from agents.blobstore import BlobStore
+from agents import (
+    blobstore,
+    checkpoints,
+    eventlog,
+    isolation,
+    leases,
+    lifecycle,
+    providers,
+    sandbox,
+    workspaces,
+)
 from agents.eventlog import NewEvent
 from agents.models import (
     Approval,
     Artifact,
+    Checkpoint,
     Event,
     EventKind,
     Run,
@@ -30,8 +45,36 @@ from agents.models import (
     SessionStatus,
 )
 from agents.runtime.conversation import Conversation
+from agents.snapshots import SnapshotResult
 
 HEARTBEAT_SECONDS = 1.0
+T = TypeVar("T")
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+_MODEL_POOL: ThreadPoolExecutor | None = None
+
+
+def _model_pool() -> ThreadPoolExecutor:
+    """The process's threads for model calls (Slice.call_model), made on first use. A call the
+    slice stopped waiting for (its run was cancelled) keeps its thread until the API answers."""
+    global _MODEL_POOL
+    with _POOL_LOCK:
+        if _MODEL_POOL is None:
+            _MODEL_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="shiftlog-model")
+        return _MODEL_POOL
+
+
+def _deferred_pool() -> ThreadPoolExecutor:
+    """The process's threads for deferred work (Slice.defer), made on first use."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shiftlog-deferred")
+        return _POOL
 
 
 class SliceResult(StrEnum):
@@ -43,6 +86,7 @@ class SliceResult(StrEnum):
     CANCELLED = "cancelled"
     FAILED = "failed"
     AWAITING = "awaiting"  # waiting for a person's decision, holding no worker
+    WAITING = "waiting"  # a fleet's parent waiting for its children, holding no worker
     SLICE_ENDED = "slice-ended"  # its time was up; the run is queued again
     SHUTDOWN = "shutdown"  # the worker is stopping; the run is queued again
     NOT_DRIVABLE = "not-drivable"  # the run is in no state a worker drives
@@ -58,6 +102,7 @@ class SliceResult(StrEnum):
             RunStatus.FAILED: cls.FAILED,
             RunStatus.SUCCEEDED: cls.SUCCEEDED,
             RunStatus.AWAITING_APPROVAL: cls.AWAITING,
+            RunStatus.WAITING_FOR_CHILDREN: cls.WAITING,
         }.get(status, cls.NOT_DRIVABLE)
 
 
@@ -95,7 +140,6 @@ class Slice:
         self.owner = owner
         self.deadline = deadline
         self.started = started  # time.monotonic() when the slice began
-        self.workspace = sandbox.Workspace(run.workspace_path)
         self.provider = providers.for_run(run)
         self.rules: list[dict[str, Any]] = [*run.tool_policy, *settings.SHIFTLOG["TOOL_POLICY"]]
         self.status: str = run.status
@@ -109,22 +153,73 @@ class Slice:
         self.context_seq = 0
         # File-changing tool calls since the last checkpoint (a periodic one after N).
         self.file_changes = 0
+        # The run's last committed workspace in the store (workspaces as each host's cache).
+        self.workspace_tree: str = run.workspace_tree
         # The session turn at which the harness asked for a handoff.
         self.handoff_asked_at: int | None = None
         # The approvals of the calls still open in this session, by tool_use_id.
         self.approvals: dict[str, Approval] = {}
         self.last_heartbeat = 0.0
+        # Work a worker's slice may run beside its next steps (defer): off where the slice is
+        # one call of an external agent, which outlives no thread.
+        self.may_defer = False
+        self._driver = threading.current_thread()
+        self._deferred: Future | None = None
+        self._deferred_session: int | None = None
+
+    @cached_property
+    def workspace(self) -> sandbox.Workspace:
+        """The run's workspace here, made on first use: after the worker has claimed the run and
+        restored it (a folder made earlier would look like this host's copy of it)."""
+        return sandbox.Workspace(self.run.workspace_path)
 
     @property
     def session_id(self) -> int | None:
+        """The open session's; in deferred work, the session that deferred it."""
+        if self._deferred_session is not None and threading.current_thread() is not self._driver:
+            return self._deferred_session
         return self.session.pk if self.session is not None else None
 
     # --- the log ------------------------------------------------------------------------
     def append(self, *new: NewEvent) -> eventlog.Appended:
-        """Append under this worker's lease and take in what others appended meanwhile."""
+        """Append under this worker's lease and take in what others appended meanwhile (only
+        the driving thread: deferred work appends, the driver reads what is new)."""
         appended = eventlog.append_many(self.run_id, list(new), lease_owner=self.owner)
-        self.absorb(appended)
+        if threading.current_thread() is self._driver:
+            self.absorb(appended)
         return appended
+
+    # --- deferred work ------------------------------------------------------------------
+    def defer(self, work: Callable[[], object], what: str) -> None:
+        """Run `work` on a pool thread while the slice goes on (the session-end checks
+        while the next session starts and its first model call is made); anything that needs
+        the workspace or the log in order calls join_deferred first. Inline unless the slice
+        is `deferring` (a worker's, and SHIFTLOG["DEFER_SESSION_CHECKS"])."""
+        self.join_deferred()
+        if not self.deferring:
+            work()
+            return
+        self._deferred_session = self.session_id
+
+        def body() -> None:
+            # The pool's threads keep their database connections from one job to the next (a
+            # new one each time would start with a cold cache); one that broke is replaced.
+            for conn in connections.all(initialized_only=True):
+                conn.close_if_unusable_or_obsolete()
+            work()
+
+        self._deferred = _deferred_pool().submit(body)
+
+    @property
+    def deferring(self) -> bool:
+        return self.may_defer and bool(settings.SHIFTLOG["DEFER_SESSION_CHECKS"])
+
+    def join_deferred(self) -> None:
+        """Wait for deferred work (and raise what it raised)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        deferred.result()  # raises what the work raised
 
     def event(self, kind: str, payload: dict[str, Any], *, actor: str | None = None) -> NewEvent:
         """A new event of the current session, by this worker unless `actor` says otherwise."""
@@ -147,30 +242,54 @@ class Slice:
         self.known_seq = appended.events[-1].seq
         self.status = appended.status
 
+    def result_event(self, block: dict[str, Any], result: sandbox.ToolResult) -> NewEvent:
+        """The `tool.result` event of a call."""
+        return self.event(
+            EventKind.TOOL_RESULT,
+            {
+                "tool_use_id": block["id"],
+                "name": block["name"],
+                "output": result.output,
+                "is_error": result.is_error,
+                "data": result.data,
+            },
+        )
+
+    def add_result(self, block: dict[str, Any], result: sandbox.ToolResult, event: Event) -> None:
+        """A recorded result into the conversation, as stored (secrets redacted)."""
+        self.conv.add_tool_result(event.seq, block["id"], event.payload["output"], result.is_error)
+
     def record_result(
-        self, block: dict[str, Any], result: sandbox.ToolResult, *extra: NewEvent
+        self,
+        block: dict[str, Any],
+        result: sandbox.ToolResult,
+        *extra: NewEvent,
+        state: SnapshotResult | None = None,
     ) -> None:
         """A tool call's result: in the log (with any events that go with it) and in the
-        conversation."""
-        appended = self.append(
-            self.event(
-                EventKind.TOOL_RESULT,
-                {
-                    "tool_use_id": block["id"],
-                    "name": block["name"],
-                    "output": result.output,
-                    "is_error": result.is_error,
-                    "data": result.data,
-                },
-            ),
-            *extra,
-        )
-        self.conv.add_tool_result(
-            appended.events[0].seq,
-            block["id"],
-            appended.events[0].payload["output"],  # as stored: secrets redacted
-            result.is_error,
-        )
+        conversation. `state`: the workspace the call left, already in the store, committed
+        as the run's with the result (workspaces as each host's cache)."""
+        event = self.result_event(block, result)
+        if state is None:
+            appended = self.append(event, *extra)
+        else:
+            event.payload["workspace"] = {"tree": state.tree, "bytes_added": state.bytes_added}
+            with transaction.atomic():
+                appended = self.append(event, *extra)
+                Run.objects.filter(pk=self.run_id).update(workspace_tree=state.tree)
+            self.workspace_tree = state.tree
+            workspaces.hold(self.run, state.tree, state.bytes_total)
+        self.add_result(block, result, appended.events[0])
+
+    def workspace_state(self) -> SnapshotResult | None:
+        """After a call that may have changed the workspace: its new state, stored, when it did
+        change and workspaces are each host's cache; else None (no scan with a change feed)."""
+        if not workspaces.cached():
+            return None
+        state = workspaces.changed_tree(self.run, self.workspace_tree)
+        if state is not None:
+            self.workspace_bytes = state.bytes_total
+        return state
 
     def harness_message(self, text: str, *, reason: str) -> None:
         """A message from the harness that the agent reads in its next request."""
@@ -207,8 +326,38 @@ class Slice:
         status = leases.renew(self.run_id, self.owner)
         return status is None or status == RunStatus.CANCELLED
 
+    def call_model(self, call: Callable[[], T], *, cancelled: Callable[[], NoReturn]) -> T:
+        """Make a model call, which may take minutes, keeping the run's lease meanwhile.
+
+        Nothing else renews the lease while the model answers: a call longer than the lease
+        (30 s by default) would let the reaper hand the run to another worker, which would make
+        the same call again, and again if it is as slow. So the call runs on a pool thread and
+        this thread renews the lease every HEARTBEAT_SECONDS until it answers. A run cancelled
+        meanwhile calls `cancelled` (which ends the slice) without waiting for the answer; a
+        lease lost raises LeaseLost. The call must not touch the database: it is another
+        thread's. A provider that answers at once (`instant`) is called here."""
+        if getattr(self.provider, "instant", False):
+            return call()
+        future = _model_pool().submit(call)
+        while True:
+            try:
+                return future.result(timeout=HEARTBEAT_SECONDS)
+            except TimeoutError:
+                if future.done():
+                    raise  # the call itself timed out
+            self.last_heartbeat = time.monotonic()
+            status = leases.renew(self.run_id, self.owner)
+            if status is None:
+                raise eventlog.LeaseLost(
+                    f"run {self.run_id}: lease no longer held by {self.owner} (during a model call)"
+                )
+            if status == RunStatus.CANCELLED:
+                self.status = status
+                cancelled()
+
     # --- checkpoints and artifacts ------------------------------------------------------
-    def checkpoint(self, kind: str, label: str = "") -> None:
+    def checkpoint(self, kind: str, label: str = "") -> Checkpoint:
+        self.join_deferred()
         checkpoint = checkpoints.create(
             self.run_id,
             kind=kind,
@@ -219,11 +368,13 @@ class Slice:
         )
         self.file_changes = 0
         self.workspace_bytes = checkpoint.bytes_total
+        self.workspace_tree = checkpoint.tree
+        return checkpoint
 
     def store_artifact(
         self, name: str, kind: str, data: bytes, mime: str | None = None
     ) -> Artifact:
-        digest = BlobStore().put(data)
+        digest = blobstore.configured().put(data)
         artifact = Artifact.objects.create(
             run_id=self.run_id,
             session=self.session,

@@ -4,12 +4,12 @@ recorded with its usage and cost in one transaction, and what happens when the p
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from django.db import transaction
 
 from agents import eventlog, sandbox
-from agents.eventlog import NewEvent
+from agents.eventlog import LeaseLost, NewEvent
 from agents.models import EndReason, EventKind, Run, RunStatus
 from agents.providers import pricing
 from agents.providers.base import ProviderCrashed, ProviderError, Turn, TurnRequest
@@ -51,7 +51,12 @@ class Turns:
         )
         s.context_seq = s.known_seq
         try:
-            return s.provider.next_turn(request)
+            return s.call_model(
+                lambda: s.provider.next_turn(request),
+                cancelled=self.sessions.stop_unless_running,
+            )
+        except (SliceOver, LeaseLost):
+            raise
         except ProviderError as e:
             self.provider_failed(e)
         except Exception as e:
@@ -79,9 +84,17 @@ class Turns:
         s.suspend_session()
         raise SliceOver(SliceResult.PAUSED) from e
 
-    def record(self, turn: Turn, *, first_call: NewEvent | None = None) -> None:
+    def record(
+        self,
+        turn: Turn,
+        *,
+        first_call: NewEvent | None = None,
+        first_result: tuple[dict[str, Any], sandbox.ToolResult] | None = None,
+    ) -> None:
         """The turn, its usage and (when nothing stands in its way) its first call's tool.call,
-        in one transaction with the run's and the session's counters."""
+        in one transaction with the run's and the session's counters; and with them the first
+        call's result when that call only reads (`first_result`: its block and result; see
+        `Calls.read_first`), so such a step is one transaction."""
         s, usage = self.s, turn.usage
         priced = pricing.cost(turn.model, usage)
         cost = priced.usd
@@ -100,6 +113,8 @@ class Turns:
         new = [s.event(EventKind.MODEL_TURN, payload, actor="agent")]
         if first_call is not None:
             new.append(first_call)
+        if first_result is not None:
+            new.append(s.result_event(*first_result))
         increments = {
             "turns": 1,
             "input_tokens": usage.input_tokens,
@@ -127,4 +142,6 @@ class Turns:
         s.conv.add_assistant(turn.content, context_seq=s.context_seq)
         if first_call is not None:
             s.conv.add_tool_call(first_call.payload["tool_use_id"])
+        if first_result is not None:
+            s.add_result(*first_result, appended.events[2])
         s.absorb(appended)

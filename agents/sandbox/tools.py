@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import secrets
 import stat
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING
 import jsonschema
 
 from agents.sandbox.bash import run_command
+from agents.sandbox.fleet_tools import FLEET_TOOL_SCHEMAS, FLEET_TOOLS
 from agents.sandbox.limits import Limits
 from agents.sandbox.workspace import ToolInputError, Workspace
 
@@ -315,8 +319,11 @@ TOOL_SCHEMAS: list[dict] = [
     },
 ]
 
+TOOL_SCHEMAS += FLEET_TOOL_SCHEMAS
 WORKSPACE_TOOLS = frozenset({"bash", "read_file", "write_file", "edit_file", "list_files"})
-HARNESS_TOOLS = frozenset({"save_artifact", "handoff", "finish", "remember", "recall"})
+HARNESS_TOOLS = (
+    frozenset({"save_artifact", "handoff", "finish", "remember", "recall"}) | FLEET_TOOLS
+)
 
 _SCHEMAS = {tool["name"]: tool["input_schema"] for tool in TOOL_SCHEMAS}
 TOOL_NAMES = frozenset(_SCHEMAS)
@@ -416,14 +423,17 @@ def execute(
     limits: Limits | None = None,
     toolchain: Sequence[str] | None = None,
     egress: EgressProxy | None = None,
+    validated: bool = False,
 ) -> ToolResult:
     """Run one workspace tool. Bad input and file errors come back as is_error results.
+    `validated`: the input is validate_input's own result (the runtime's gate made it), so it
+    is not checked a second time.
 
     limits, toolchain and egress go to run_command for bash (see there)."""
     if name in HARNESS_TOOLS:
         raise ValueError(f"{name} is a harness tool; the runtime executes it, not the sandbox")
     try:
-        args = validate_input(name, tool_input)
+        args = tool_input if validated else validate_input(name, tool_input)
         if name == "bash":
             return _bash(
                 workspace,
@@ -575,13 +585,48 @@ def _read_file(workspace: Workspace, args: dict, output_limit: int) -> ToolResul
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    if path.exists() and not path.is_file():
-        raise ToolInputError(f"{path.name} is not a regular file")
-    # resolve() already followed every symlink; O_NOFOLLOW makes sure no symlink
-    # swapped in since then can redirect the write.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
+    """Write `data` to `path` whole or not at all: into a new, unnamed file in the same folder,
+    given its name only once written, by a rename over the old one. A full disk or a worker
+    killed mid-write leaves the old content (and no stray file), never a truncated one; a
+    symlink swapped in at `path` since resolve() is replaced, never written through. A file that
+    was there keeps its permission bits."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        mode = 0o644
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolInputError(f"{path.name} is not a regular file")
+        mode = stat.S_IMODE(st.st_mode)
+    folder = path.parent
+    try:
+        fd = os.open(folder, os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC, 0o600)
+        named = None
+    except OSError:  # a filesystem without O_TMPFILE: a named temporary file
+        fd, named = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = named or os.path.join(folder, f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fchmod(file.fileno(), mode)
+            if named is None:
+                _name_unnamed(file.fileno(), folder, os.path.basename(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _name_unnamed(fd: int, folder: Path, name: str) -> None:
+    """Give the O_TMPFILE file `fd` a name in `folder`. (A dst_dir_fd makes os.link use linkat
+    with AT_SYMLINK_FOLLOW, which links the file /proc's magic link stands for, not the link.)"""
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+    finally:
+        os.close(dir_fd)
 
 
 def _write_file(workspace: Workspace, args: dict) -> ToolResult:

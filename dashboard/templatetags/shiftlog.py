@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 
@@ -72,3 +73,21 @@ STATE_POLL_SECONDS = (5, 30)
 def state_poll(run) -> int:
     low, high = STATE_POLL_SECONDS
     return max(low, min(high, run.heartbeat_window // 2))
+
+
+@register.filter
+def run_href(run_id) -> str:
+    """A run page's address from an id in an event's payload ("" for anything but an id: a
+    payload is data, and a bad one must not break the page)."""
+    if isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 1:
+        return ""
+    return reverse("run-detail", args=[run_id])
+
+
+@register.filter
+def thousands(value) -> str:
+    """12990 as "12,990" (the meters' way of writing tokens)."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return str(value)

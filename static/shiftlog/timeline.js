@@ -20,7 +20,8 @@
   var COLORS = {
     turn: "#3056d3", tool: "#17866a", error: "#c23a3a", abandoned: "#b5bcc6",
     approval: "rgba(224, 165, 38, 0.22)", paused: "rgba(107, 63, 184, 0.16)",
-    checkpoint: "#1c2430", rewind: "#6b3fb8", grid: "#e3e7ec", ink: "#1c2430", muted: "#6b7685"
+    checkpoint: "#1c2430", rewind: "#6b3fb8", grid: "#e3e7ec", ink: "#1c2430", muted: "#6b7685",
+    child: "#8a5a00"
   };
 
   function fmtMs(ms) {
@@ -138,7 +139,8 @@
     themeColors();
     var d = this.data, w = d.window, c = this.canvas;
     var cssW = this.canvas.parentNode.clientWidth;
-    var lanes = Math.max(1, d.lanes.length);
+    var kids = d.children ? d.children.lanes : [];
+    var lanes = Math.max(1, d.lanes.length) + kids.length;
     var cssH = TOP + lanes * LANE_H + AXIS_H;
     var dpr = window.devicePixelRatio || 1;
     c.style.height = cssH + "px";
@@ -150,13 +152,14 @@
     this.plotW = cssW - LABEL_W - 8;
     this.hits = [];
     var self = this, bottom = TOP + lanes * LANE_H;
+    var ownBottom = TOP + Math.max(1, d.lanes.length) * LANE_H;
 
-    // waits, shaded across every lane
+    // the run's own waits, shaded across its own lanes (a fleet's children lanes are below)
     d.spans.forEach(function (s) {
       var x0 = Math.max(LABEL_W, self.x(s.start)), x1 = Math.min(LABEL_W + self.plotW, self.x(s.end));
       g.fillStyle = COLORS[s.kind];
-      g.fillRect(x0, TOP, Math.max(1, x1 - x0), bottom - TOP);
-      self.hits.push({ x: x0, y: TOP, w: Math.max(3, x1 - x0), h: bottom - TOP, span: s, back: true });
+      g.fillRect(x0, TOP, Math.max(1, x1 - x0), ownBottom - TOP);
+      self.hits.push({ x: x0, y: TOP, w: Math.max(3, x1 - x0), h: ownBottom - TOP, span: s, back: true });
     });
     // lanes
     g.font = "12px system-ui, sans-serif";
@@ -186,6 +189,7 @@
         self.bar(g, b.longest, true);
       });
     }
+    if (kids.length) this.drawChildren(g, ownBottom);
     // checkpoints: diamonds in a row above the lanes; rewinds: an arc back to their checkpoint
     d.checkpoints.forEach(function (m) {
       var x = self.x(m.ms), y = TOP / 2 + 4;
@@ -215,6 +219,51 @@
     this.describe();
   };
 
+  // A fleet's children, one lane each below a line: their turns and calls in blocks of the
+  // window's stretches, darker for more; a click opens the child's run page at that event.
+  Timeline.prototype.drawChildren = function (g, top) {
+    var d = this.data, w = d.window, self = this, kids = d.children;
+    g.fillStyle = COLORS.ink;
+    g.fillRect(0, top - 1, LABEL_W + this.plotW, 2);
+    kids.lanes.forEach(function (lane) {
+      var y = self.childY(lane.id);
+      g.fillStyle = COLORS.grid;
+      g.fillRect(LABEL_W, y + LANE_H - 1, self.plotW, 1);
+      g.fillStyle = COLORS.ink;
+      g.fillText(lane.label, 6, y + LANE_H / 2, LABEL_W - 10);
+      self.hits.push({ x: 0, y: y, w: LABEL_W - 4, h: LANE_H, childLane: lane });
+    });
+    var maxN = 1;
+    kids.blocks.forEach(function (b) { if (b.n > maxN) maxN = b.n; });
+    var bw = Math.max(2, this.plotW / (w.width / 4));
+    kids.blocks.forEach(function (b) {
+      var x = self.x(w.start_ms + b.b * w.bucket_ms), y = self.childY(b.lane) + 4;
+      g.globalAlpha = 0.3 + 0.7 * Math.log(1 + b.n) / Math.log(1 + maxN);
+      g.fillStyle = COLORS.child;
+      g.fillRect(x, y, Math.max(2, bw - 0.5), LANE_H - 9);
+      g.globalAlpha = 1;
+      if (b.errors) { g.fillStyle = COLORS.error; g.fillRect(x, y - 2, Math.max(2, bw - 0.5), 2); }
+      self.hits.push({ x: x, y: y, w: Math.max(4, bw), h: LANE_H - 9, childBlock: b });
+    });
+  };
+
+  // Child lanes come after the run's own (at least one row, even when it has no lane).
+  Timeline.prototype.childY = function (id) {
+    var own = this.data.lanes.length;
+    return TOP + (Math.max(1, own) + id - own) * LANE_H;
+  };
+
+  Timeline.prototype.childLane = function (id) {
+    var lanes = this.data.children.lanes;
+    for (var i = 0; i < lanes.length; i++) if (lanes[i].id === id) return lanes[i];
+    return null;
+  };
+
+  Timeline.prototype.childUrl = function (runId, seq) {
+    var own = "/runs/" + this.root.getAttribute("data-run") + "/";
+    return this.eventUrl(seq).replace(own, "/runs/" + runId + "/");
+  };
+
   Timeline.prototype.bar = function (g, it, longest) {
     var w = this.data.window, y = TOP + it.lane * LANE_H + (it.kind === "turn" ? 4 : 12);
     var end = it.end === null ? w.end_ms : it.end;
@@ -233,7 +282,9 @@
       (c.lanes === 1 ? "" : "s") + ", " + c.items + " model turns and tool calls (" + c.errors +
       " error" + (c.errors === 1 ? "" : "s") + "), " + d.spans.length + " waits, " +
       d.checkpoints_total + " checkpoints, " + d.rewinds.length + " rewinds; " +
-      (w.mode === "detail" ? "shown one by one" : "shown as blocks per lane (zoom in for each one)");
+      (w.mode === "detail" ? "shown one by one" : "shown as blocks per lane (zoom in for each one)") +
+      (d.children ? "; " + d.children.lanes.length + " child run" + (d.children.lanes.length === 1 ? "" : "s") +
+        " as lanes below" + (d.children.total > d.children.lanes.length ? " (of " + d.children.total + ")" : "") : "");
     this.canvas.setAttribute("aria-label", "Timeline of " + text);
     document.getElementById("tl-window").textContent = "#" + w.from + "–#" + w.to + " of " +
       d.run.last_seq + " · " + fmtClock(w.start_ms) + "–" + fmtClock(w.end_ms) + " UTC · " +
@@ -255,6 +306,7 @@
       var td = document.createElement("td"), a = document.createElement("a");
       a.href = self.eventUrl(seq); a.textContent = "#" + seq; td.appendChild(a); tr.appendChild(td);
       body.appendChild(tr);
+      return tr;
     }
     function what(it) {
       return (it.kind === "turn" ? "model turn (" + it.name + ")" : "tool call " + it.name) +
@@ -276,6 +328,15 @@
     d.rewinds.forEach(function (r) {
       row(["rewinds", "rewind to checkpoint " + r.checkpoint_id + " (#" + r.to_seq + ")", fmtClock(r.ms), ""], r.seq);
     });
+    if (d.children) {
+      d.children.blocks.forEach(function (b) {
+        var lane = self.childLane(b.lane);
+        var tr = row([lane.label, b.n + " turns and calls, " + b.errors + " errors (session" +
+          (b.sessions[0] === b.sessions[1] ? " " + b.sessions[0] : "s " + b.sessions[0] + "–" + b.sessions[1]) + ")",
+          fmtClock(d.window.start_ms + b.b * d.window.bucket_ms), ""], b.seq);
+        tr.querySelector("a").href = self.childUrl(lane.run_id, b.seq);
+      });
+    }
     d.spans.forEach(function (s) {
       row(["waits", s.kind === "approval" ? "waiting for a person" : "paused", fmtClock(s.start), fmtMs(s.end - s.start)], s.seq);
     });
@@ -305,6 +366,13 @@
       return b.n + " items · " + b.errors + " errors" + (b.abandoned ? " · " + b.abandoned + " abandoned" : "") +
         "\nlongest: " + b.longest.name + " " + fmtMs(b.longest.ms) + " (#" + b.longest.seq + ")\nclick to zoom in";
     }
+    if (h.childBlock) {
+      var cb = h.childBlock, lane = this.childLane(cb.lane);
+      return (lane ? lane.label + " (" + lane.status.replace(/_/g, " ") + ")" : "child") + " · " + cb.n +
+        " turns and calls · " + cb.errors + " errors\nsession" + (cb.sessions[0] === cb.sessions[1] ? " " + cb.sessions[0] : "s " + cb.sessions[0] + "–" + cb.sessions[1]) +
+        " · click to open it at #" + cb.seq;
+    }
+    if (h.childLane) return h.childLane.label + " · " + h.childLane.status.replace(/_/g, " ") + "\nclick to open its page";
     if (h.checkpoint) return "Checkpoint " + h.checkpoint.id + " · " + h.checkpoint.kind + (h.checkpoint.label ? " · " + h.checkpoint.label : "") + "\n#" + h.checkpoint.seq;
     if (h.rewind) return "Rewind to checkpoint " + h.rewind.checkpoint_id + " (#" + h.rewind.to_seq + ")\nabandoned #" + (h.rewind.to_seq + 1) + "–#" + h.rewind.from_seq;
     if (h.span) return (h.span.kind === "approval" ? "Waiting for a person" : "Paused") + " · " + fmtMs(h.span.end - h.span.start) + (h.span.merged > 1 ? " (" + h.span.merged + " waits)" : "");
@@ -354,6 +422,12 @@
     function pos(e) { var r = c.getBoundingClientRect(); return { x: e.clientX - r.left, y: e.clientY - r.top }; }
     c.addEventListener("mousedown", function (e) {
       var p = pos(e);
+      var label = p.x < LABEL_W && self.data && self.hitAt(p.x, p.y);
+      if (label && label.childLane) {  // a child's lane label: its run page
+        window.location.href = self.root.getAttribute("data-run-url").replace(
+          "/runs/" + self.root.getAttribute("data-run") + "/", "/runs/" + label.childLane.run_id + "/");
+        return;
+      }
       if (p.x >= LABEL_W && self.data) down = p;
     });
     window.addEventListener("mousemove", function (e) {
@@ -369,7 +443,7 @@
       }
       if (e.target !== c) { self.tip.hidden = true; return; }
       var h = self.hitAt(p.x, p.y);
-      c.classList.toggle("pointing", Boolean(h && (h.item || h.bucket || h.checkpoint || h.rewind)));
+      c.classList.toggle("pointing", Boolean(h && (h.item || h.bucket || h.checkpoint || h.rewind || h.childBlock || h.childLane)));
       if (!h) { self.tip.hidden = true; return; }
       self.tip.textContent = self.tipText(h);
       self.tip.hidden = false;
@@ -384,6 +458,10 @@
       if (Math.abs(p.x - start.x) > 5) { self.zoomTo(start.x, p.x); return; }
       var h = self.hitAt(p.x, p.y);
       if (!h) return;
+      if (h.childBlock) {
+        window.location.href = self.childUrl(self.childLane(h.childBlock.lane).run_id, h.childBlock.seq);
+        return;
+      }
       var seq = h.item ? h.item.seq : h.checkpoint ? h.checkpoint.seq : h.rewind ? h.rewind.seq : null;
       if (seq !== null) { window.location.href = self.eventUrl(seq); return; }
       if (h.bucket) {

@@ -39,6 +39,20 @@ def wait_js(page, expression: str, timeout: float = 30_000) -> None:
         page.wait_for_timeout(50)
 
 
+def screenshot(page, selector: str, path) -> None:
+    """Screenshot the element a selector names. A live panel can be swapped for its new render
+    (an htmx answer, then the socket's push of the same event) while Playwright waits for it to
+    be stable; the old element is then detached, so look the selector up again and retry."""
+    for attempt in range(5):
+        try:
+            page.locator(selector).screenshot(path=str(path))
+            return
+        except Exception as error:  # playwright's Error; its message says why
+            if "not attached" not in str(error) or attempt == 4:
+                raise
+            page.wait_for_timeout(100)
+
+
 def wait_http(url: str, timeout: float = 30) -> None:
     def up():
         try:

@@ -53,7 +53,8 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         )
         assert "awaiting approval" in page.inner_text("#run-header").lower()
         assert "scripted · offline" in page.inner_text("#run-header")
-        assert page.inner_text("#approval-count") == "1"
+        # The count comes by the runs stream, a moment after the card (its own push).
+        wait_js(page, "document.querySelector('#approval-count').textContent.trim() === '1'")
         page.screenshot(path=str(shots / "run-awaiting-approval.png"))
         inbox = page.context.new_page()
         inbox.goto(f"{base}/approvals/")
@@ -71,7 +72,7 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         last = Run.objects.get(pk=run_id).last_seq
         wait_js(page, f"document.querySelector('#events [data-seq=\"{last}\"]') !== null")
         assert dom_seqs(page) == list(range(1, last + 1))
-        assert page.inner_text("#approval-count") == "0"
+        wait_js(page, "document.querySelector('#approval-count').textContent.trim() === '0'")
         page.screenshot(path=str(shots / "run-succeeded.png"), full_page=True)
         page.goto(f"{base}/")
         assert "succeeded" in page.inner_text(f"#run-{run_id}").lower()

@@ -12,7 +12,7 @@ import pytest
 from agents import memory
 from agents.models import Event, EventKind
 from tests.conftest import call, drive_until_idle, finish_turn, make_run
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import CHROMIUM, log_in, screenshot, serving, wait_js
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,7 +55,7 @@ def test_the_wake_up_inspector_and_editing_a_memory_entry(pages, eve, tmp_path, 
         assert "deps: run make deps first" in memory_part.inner_text()
         assert "half way there" in page.inner_text("#wake-up-handoff .wake-up-diff")
         assert "unchanged" in page.inner_text("#wake-up-goal")
-        page.locator("#wake-up-view").screenshot(path=str(shots / "wake-up.png"))
+        screenshot(page, "#wake-up-view", shots / "wake-up.png")
 
         # A person edits the entry from the Memory panel.
         entry = page.locator("#memory .memory-entry[data-key='deps']")
@@ -68,7 +68,7 @@ def test_the_wake_up_inspector_and_editing_a_memory_entry(pages, eve, tmp_path, 
             ".includes('then make test')",
         )
         # (The notice may already be gone: the event's push re-renders the panel live.)
-        page.locator("#memory").screenshot(path=str(shots / "memory.png"))
+        screenshot(page, "#memory", shots / "memory.png")
         assert "last changed by user:eve" in page.inner_text("#memory")
     changed = Event.objects.get(run=run, kind=EventKind.MEMORY_CHANGED)
     assert changed.actor == "user:eve"

@@ -117,6 +117,12 @@ class Command(BaseCommand):
             help="build a virtualenv with these requirements for the commands and checks",
         )
         parser.add_argument(
+            "--fleet-conflicts",
+            choices=["agent", "person"],
+            default="agent",
+            help="a merge conflict of a child run's work goes to the agent, or to a person",
+        )
+        parser.add_argument(
             "--project",
             default="",
             help="a project name: runs of one project share its memory (see `memory`)",
@@ -185,6 +191,7 @@ class Command(BaseCommand):
                 approval_timeout_seconds=o["approval_timeout"],
                 heartbeat_seconds=o["heartbeat_seconds"],
                 project=o["project"],
+                fleet_conflicts=o["fleet_conflicts"],
                 created_by=user,
             )
         except RunError as e:

@@ -6,9 +6,9 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from agents import eventlog, overview, policy, verification
+from agents import eventlog, fleets, overview, policy, verification
 from agents.management.base import RunCommand, get_run, id_arg
-from agents.models import ApprovalStatus
+from agents.models import ApprovalStatus, Run
 from agents.runtime import prompts
 
 
@@ -46,6 +46,7 @@ def run_summary(run) -> dict:
         "limits": run.limits,
         "toolchain": run.toolchain,
         "workspace": str(run.workspace_path),
+        "workspace_tree": run.workspace_tree or None,
         "created_at": run.created_at.isoformat(),
         "usage": {
             "turns": run.turns,
@@ -103,7 +104,24 @@ def run_summary(run) -> dict:
             for a in run.approvals.filter(status=ApprovalStatus.PENDING)
         ],
         "events": run.last_seq,
+        "parent": run.parent_id,
+        "depth": run.depth,
+        "children": list(run.children.order_by("pk").values_list("pk", flat=True)),
+        "rollup": fleets.rollup(run).as_json(),
     }
+
+
+def tree_lines(run, depth: int = 0) -> list[str]:
+    """The fleet below `run`, one line a run, indented by level."""
+    lines = []
+    for child in Run.objects.filter(parent=run).order_by("pk"):
+        spent = fleets.rollup(child)
+        lines.append(
+            f"  {'  ' * depth}└ run {child.pk}: {child.status}, {spent.tokens} tokens, "
+            f"${spent.cost_usd} — {child.goal[:60]}"
+        )
+        lines += tree_lines(child, depth + 1)
+    return lines
 
 
 def contact(data: dict) -> str:
@@ -164,6 +182,13 @@ class Command(RunCommand):
             )
             + f", {u['active_seconds']} s"
         )
+        if data["parent"]:
+            w(f"  parent:    run {data['parent']} (depth {data['depth']} of its fleet)")
+        if data["children"]:
+            r = data["rollup"]
+            w(f"  fleet:     {r['tokens']} tokens, ${r['cost_usd']} with its children")
+            for line in tree_lines(get_run(data["id"])):
+                w(line)
         w(f"  workspace: {data['workspace']}")
         w(f"  events:    {data['events']}")
         for s in data["sessions"]:
