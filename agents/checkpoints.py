@@ -542,6 +542,8 @@ def fork(
         protected_action=source.protected_action,
         protected=source.protected,
         acceptance=[{"name": c["name"], "check": c.get("check")} for c in source.acceptance],
+        heartbeat_seconds=source.heartbeat_seconds,
+        fleet_conflicts=source.fleet_conflicts,
         created_by=created_by,
         forked_from=checkpoint,
         resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
