@@ -25,6 +25,7 @@ from agents import (
     approvals,
     done_conditions,
     eventlog,
+    fleets,
     inputs,
     jobs,
     lifecycle,
@@ -34,6 +35,7 @@ from agents import (
 )
 from agents.jobs import enqueue
 from agents.models import (
+    LIVE_STATUSES,
     Artifact,
     Checkpoint,
     EndReason,
@@ -232,6 +234,7 @@ class Discarded:
     artifacts: list[str] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     irreversible: list[dict[str, Any]] = field(default_factory=list)
+    children: list[int] = field(default_factory=list)  # a parent's live children, cancelled
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -240,9 +243,11 @@ class Discarded:
 def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
     after = Event.objects.on_live_branch(run.pk).filter(seq__gt=checkpoint.seq)
     by_kind: dict[str, int] = {}
-    irreversible = []
+    irreversible, spawns = [], []
     for kind, payload in after.values_list("kind", "payload").iterator(chunk_size=1000):
         by_kind[kind] = by_kind.get(kind, 0) + 1
+        if kind == EventKind.FLEET_SPAWNED:
+            spawns.append(payload.get("tool_use_id"))
         if kind == EventKind.TOOL_CALL and payload.get("name") == "bash":
             command = str((payload.get("input") or {}).get("command", ""))
             # A rewind puts files back; it cannot unsend a request or undo a change elsewhere.
@@ -274,6 +279,14 @@ def plan_rewind(run: Run, checkpoint: Checkpoint) -> Discarded:
         ),
         files=[{"path": c.path, "status": _reverse(c.status)} for c in changes],
         irreversible=irreversible,
+        children=list(
+            Run.objects.filter(spawned_as__parent=run, spawned_as__tool_use_id__in=spawns)
+            .filter(status__in=LIVE_STATUSES)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        if spawns
+        else [],
     )
 
 
@@ -472,6 +485,17 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
             branch_seq=event.seq,
             resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
         )
+        # A fleet's parent: merges the rewind took out are to be made again, and children
+        # spawned after the checkpoint are no longer waited for (cancelled once this commits).
+        unwanted = fleets.after_rewind(run_id)
+        if unwanted:
+            cause = (
+                f"run {run_id} was rewound to checkpoint {checkpoint.number}, "
+                "before this child was spawned"
+            )
+            transaction.on_commit(
+                lambda: lifecycle.cascade(run_id, "cancel", cause, actor, only=unwanted)
+            )
         lifecycle.transition(
             run_id,
             RunStatus.QUEUED,

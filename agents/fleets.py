@@ -11,7 +11,8 @@ from decimal import Decimal
 
 from django.db.models import F, Sum
 
-from agents.models import LIVE_STATUSES, FleetChild, Run
+from agents.fleet_models import MergeState
+from agents.models import LIVE_STATUSES, Event, EventKind, FleetChild, Run
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,34 @@ def wait_state(run: Run) -> WaitState:
         over = len(ended) == len(children)
         reason = f"all {len(children)} child runs ended" if over else ""
     return WaitState(over, reason, children, spawned[0].tool_use_id)
+
+
+def after_rewind(run_id: int) -> list[int]:
+    """A fleet's parent was rewound (its `run.rewound` event is in): what its live branch no
+    longer holds is undone. Each child's merge state becomes what the live branch's last merge
+    of it says (none, applied, resolved by a person, or in conflict), so merge_children takes a
+    child again whose merge the rewind took out of the workspace. Returns the live children
+    spawned only on the abandoned branch: nothing waits for them now, so they are cancelled."""
+    rows = list(FleetChild.objects.filter(parent_id=run_id))
+    if not rows:
+        return []
+    live = Event.objects.on_live_branch(run_id)
+    state: dict[int, str] = {}
+    for p in (
+        live.filter(kind=EventKind.FLEET_MERGE).order_by("seq").values_list("payload", flat=True)
+    ):
+        if p["result"] == "applied":
+            state[p["run_id"]] = MergeState.RESOLVED if p.get("approval_id") else MergeState.APPLIED
+        else:
+            state[p["run_id"]] = MergeState.CONFLICT
+    spawned = set(
+        live.filter(kind=EventKind.FLEET_SPAWNED).values_list("payload__tool_use_id", flat=True)
+    )
+    for row in rows:
+        merge_state = state.get(row.child_id, MergeState.NONE)
+        if row.merge_state != merge_state:
+            FleetChild.objects.filter(pk=row.pk).update(merge_state=merge_state)
+    unwanted = [r.child_id for r in rows if r.tool_use_id not in spawned]
+    return list(
+        Run.objects.filter(pk__in=unwanted, status__in=LIVE_STATUSES).values_list("pk", flat=True)
+    )

@@ -105,11 +105,15 @@ def transition(
 CASCADE_PAUSE = "paused with its fleet's parent"
 
 
-def cascade(run_id: int, action: str, cause: str, actor: str) -> None:
+def cascade(
+    run_id: int, action: str, cause: str, actor: str, *, only: list[int] | None = None
+) -> None:
     """Pause, resume or cancel a fleet's live children (and theirs) as their parent was: each
     gets a `fleet.cascade` event naming the cause. Each in its own transaction, after the
-    parent's: a child's end locks the child before the parent, and so must everything."""
-    for child in Run.objects.filter(parent_id=run_id).order_by("pk"):
+    parent's: a child's end locks the child before the parent, and so must everything. `only`
+    names the children it applies to (all of them when None)."""
+    children = Run.objects.filter(parent_id=run_id).order_by("pk")
+    for child in children if only is None else children.filter(pk__in=only):
         moves = {
             "pause": child.is_live and child.status != S.PAUSED,
             "cancel": child.is_live,

@@ -11,11 +11,20 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 
-from agents import approvals, fleet_spawn, fleets, reaper, services
+from agents import approvals, checkpoints, fleet_spawn, fleets, reaper, services
 from agents.fleet_demo import create_fleet_demo_run
+from agents.management.commands.rewind_run import describe_discarded
 from agents.models import Approval, Checkpoint, Event, FleetChild, Run, RunStatus
 from agents.runtime.loop import drive
-from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run, script
+from tests.conftest import (
+    approve_pending,
+    call,
+    client_for,
+    drive_until_idle,
+    finish_turn,
+    make_run,
+    script,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -512,3 +521,87 @@ def test_a_parent_that_ends_cancels_its_children_still_running(django_capture_on
     assert events(slow, "fleet.cascade") == [
         {"action": "cancel", "cause": f"run {parent.pk} ended (succeeded)"}
     ]
+
+
+# --- a rewound parent ----------------------------------------------------------------------------
+def test_a_parent_rewound_to_before_its_spawn_cancels_those_children_and_spawns_anew(
+    django_capture_on_commit_callbacks, owner
+):
+    parent = drive_until_idle(
+        make_run(
+            created_by=owner,
+            turns=[
+                write("plan.txt", "plan"),
+                spawn(child("a", write("a.txt", "a"), finish_turn())),
+                MERGE,
+                finish_turn(),
+            ],
+        )
+    )
+    assert parent.status == RunStatus.WAITING_FOR_CHILDREN
+    (old,) = children_of(parent)
+    before = Checkpoint.objects.get(run=parent, kind="run_start")
+    plan = checkpoints.rewind(parent.pk, before.pk, actor="user:pat", dry_run=True)
+    assert plan.children == [old.pk]
+    assert f"run {old.pk}" in "\n".join(describe_discarded(plan))
+    page = client_for(owner).get(f"/runs/{parent.pk}/checkpoints/{before.number}/rewind")
+    assert "Child runs spawned since, still running, are cancelled" in page.content.decode()
+    assert f'href="/runs/{old.pk}/"' in page.content.decode()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        checkpoints.rewind(parent.pk, before.pk, actor="user:pat")
+    old.refresh_from_db()
+    assert old.status == "cancelled"
+    assert events(old, "fleet.cascade") == [
+        {
+            "action": "cancel",
+            "cause": f"run {parent.pk} was rewound to checkpoint {before.number}, "
+            "before this child was spawned",
+        }
+    ]
+    (rewound,) = events(parent, "run.rewound")
+    assert rewound["children"] == [old.pk]
+    # The parent plays its spawn again: a new child, which it waits for and merges.
+    parent = drive_until_idle(parent)
+    assert parent.status == RunStatus.WAITING_FOR_CHILDREN
+    _, new = children_of(parent)
+    assert drive_until_idle(new).status == "succeeded"
+    parent = drive_until_idle(parent)
+    assert parent.status == "succeeded", parent.status_reason
+    assert [m["run_id"] for m in events(parent, "fleet.merge")] == [new.pk]
+    assert (parent.workspace_path / "a.txt").read_text() == "a"
+
+
+def test_a_parent_rewound_to_before_a_merge_merges_that_child_again():
+    parent = drive_until_idle(
+        make_run(
+            turns=[
+                spawn(child("a", write("a.txt", "a"), finish_turn())),
+                {"text": "a pause to think", "tool_calls": [call("bash", command="true")]},
+                MERGE,
+                {"text": "tidy", "tool_calls": [call("bash", command="rm -rf build")]},
+                finish_turn(),
+            ]
+        )
+    )
+    (kid,) = children_of(parent)
+    assert drive_until_idle(kid).status == "succeeded"
+    parent = drive_until_idle(parent)
+    assert parent.status == RunStatus.AWAITING_APPROVAL, parent.status_reason
+    assert FleetChild.objects.get(child=kid).merge_state == "applied"
+    merged_at = Event.objects.get(run=parent, kind="fleet.merge").seq
+    before = (
+        Checkpoint.objects.filter(run=parent, seq__lt=merged_at)
+        .exclude(kind="merge")
+        .order_by("-seq")
+        .first()
+    )
+    checkpoints.rewind(parent.pk, before.pk, actor="user:pat")
+    assert not (parent.workspace_path / "a.txt").exists()
+    # The merge the rewind took out is to be made again.
+    assert FleetChild.objects.get(child=kid).merge_state == ""
+    parent = drive_until_idle(parent)
+    assert parent.status == RunStatus.AWAITING_APPROVAL, parent.status_reason
+    assert (parent.workspace_path / "a.txt").read_text() == "a"
+    assert FleetChild.objects.get(child=kid).merge_state == "applied"
+    assert [m["result"] for m in events(parent, "fleet.merge")] == ["applied", "applied"]

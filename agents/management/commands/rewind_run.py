@@ -20,6 +20,11 @@ def describe_discarded(d: checkpoints.Discarded) -> list[str]:
     lines += [f"    {f['path']}: {f['status']}" for f in d.files[:50]]
     if len(d.files) > 50:
         lines.append(f"    ... and {len(d.files) - 50} more")
+    if d.children:
+        lines.append(
+            "  child runs spawned since, still running: cancelled "
+            + ", ".join(f"run {c}" for c in d.children)
+        )
     if d.irreversible:
         lines.append("  cannot be undone (effects outside the workspace):")
         lines += [f"    {c['command']}  [{', '.join(c['risks'])}]" for c in d.irreversible]
