@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps browser
+.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps browser
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,21 +38,23 @@ run: setup system-deps
 	$(PY) manage.py bootstrap
 	$(PY) manage.py serve --port $(PORT)
 
-# Every test on SQLite, then the ones that touch the database, the queue or the channel layer
-# again on the PostgreSQL and Redis of this machine (skipped, saying so, when they do not answer).
-# Two at a time, each pytest with its own data folder and database: most tests wait on processes,
-# browsers and sockets rather than on the CPU. Two chains side by side, each about 19 minutes on
-# 2 cores: the PostgreSQL + Redis pass, then the pure tests and the chaos minute (which so never
-# shares the database with that pass); the SQLite pass, then the browser tests. A chain goes on
-# after a failing part, so one run shows every failure; -O prints each chain's report whole.
+# Every test on SQLite, then the ones whose behaviour can differ with the database, the queue or
+# the channel layer again on the PostgreSQL and Redis of this machine (skipped, saying so, when
+# they do not answer). Two at a time, each pytest with its own data folder and database: most
+# tests wait on processes, browsers and sockets rather than on the CPU. Two chains side by side:
+# the PostgreSQL + Redis pass, then the pure tests and the chaos minute (which so never shares
+# the database with that pass), then part of the browser tests; the SQLite pass, then the rest of
+# the browser tests. A chain goes on after a failing part, so one run shows every failure; -O
+# prints each chain's report whole.
 test: setup system-deps
 	@$(MAKE) --no-print-directory -j2 -O test-chain-services test-chain-sqlite
-test-chain-services: setup
+test-chain-services: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-services || st=1; \
-	  $(MAKE) --no-print-directory test-pure-then-chaos || st=1; exit $$st
+	  $(MAKE) --no-print-directory test-pure-then-chaos || st=1; \
+	  $(MAKE) --no-print-directory test-pages-second || st=1; exit $$st
 test-chain-sqlite: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-db || st=1; \
-	  $(MAKE) --no-print-directory test-pages || st=1; exit $$st
+	  $(MAKE) --no-print-directory test-pages-first || st=1; exit $$st
 
 # The halves: code that touches no database (sandbox, shell, snapshots, policy, ...); everything
 # else on SQLite but the browser tests of what pages show; the second pass on PostgreSQL + Redis
@@ -65,6 +67,12 @@ test-services: setup
 	$(PY) -m tests.postgres_redis
 test-pages: setup system-deps
 	$(PY) -m pytest -m ui_only
+# The browser tests in two parts, one at the end of each chain (the second: these files).
+PAGES_SECOND := tests/e2e/test_fleet.py tests/e2e/test_dark.py tests/e2e/test_overview.py tests/e2e/test_notify.py
+test-pages-first: setup system-deps
+	$(PY) -m pytest -m ui_only $(addprefix --ignore=,$(PAGES_SECOND))
+test-pages-second: setup system-deps
+	$(PY) -m pytest -m ui_only $(PAGES_SECOND)
 # A minute of the chaos soak (bench/chaos.py) when PostgreSQL answers, after the pure tests.
 test-pure-then-chaos: setup
 	@$(MAKE) --no-print-directory test-pure

@@ -212,3 +212,40 @@ if os.environ.get("DATABASE_URL"):  # the PostgreSQL pass (tests/postgres_redis.
 
 # The S3 blob store's tests: moto's server and a bucket per test (tests/s3.py).
 from tests.s3 import moto_server, s3_env, s3_url  # noqa: E402, F401
+
+# Tests of what reads the same on any database (pages and forms, CLI arguments and schedules'
+# wording, scripts, checks, exports, the API's schema, the worked examples): they run once, in the
+# SQLite pass, and not again on PostgreSQL + Redis (tests/postgres_redis.py), which keeps the
+# tests of locking, leases, workers, queries, JSON fields, NUL bytes, the channel layer and the
+# live feed. A test module may also mark single tests `any_db`.
+ANY_DATABASE = {
+    "test_admin",
+    "test_check_settings",
+    "test_cli_demo_notice",
+    "test_cli_schedules",
+    "test_client_live",
+    "test_compare",
+    "test_dashboard_checkpoints",
+    "test_dashboard_views",
+    "test_demo_paths",
+    "test_examples",
+    "test_export",
+    "test_export_views",
+    "test_external_pages",
+    "test_fleet_views",
+    "test_login",
+    "test_memory_views",
+    "test_new_run_form",
+    "test_redirects",
+    "test_schedule_views",
+    "test_script_branches",
+    "test_telemetry",
+    "test_timeline_views",
+    "test_verification",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rpartition(".")[2] in ANY_DATABASE:
+            item.add_marker(pytest.mark.any_db)

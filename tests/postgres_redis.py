@@ -21,10 +21,11 @@ from urllib.parse import urlsplit, urlunsplit
 POSTGRES = os.environ.get("SHIFTLOG_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("SHIFTLOG_TEST_REDIS", "redis://127.0.0.1:6379/14")
 # Everything but the tests of pure code (sandbox, snapshots on disk, policy, providers, settings):
-# those touch no database, queue or channel layer, and ran in the SQLite half; and but the browser
+# those touch no database, queue or channel layer, and ran in the SQLite half; but the browser
 # tests of what pages show (ui_only): the live feed's browser tests (through the Redis hub here)
-# run again, the rest would only repeat the SQLite half's and the CI budget.
-MARKER = "not no_services and not ui_only"
+# run again, the rest would only repeat the SQLite half's; and but the tests of what reads the
+# same on any database (any_db: pages, forms, scripts, CLI wording, the API schema).
+MARKER = "not no_services and not ui_only and not any_db"
 
 
 def answers(url: str, default_port: int) -> str | None:

@@ -88,17 +88,17 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
 def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
     pages, eve, tmp_path, shots
 ):
-    """Approve the risky step, pause, and rewind to session 1's checkpoint from the timeline: the
-    confirm panel says what goes, the old branch is marked, the replay arrives live, and the
-    replayed risky step waits for a person again."""
-    # Slow enough turns that a person can pause the run after the approval.
-    with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="3") as base:
+    """Pause the run at its risky step, approve the step, and rewind to session 1's checkpoint
+    from the timeline: the confirm panel says what goes, the old branch is marked, the replay
+    arrives live, and the replayed risky step waits for a person again."""
+    with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0.25") as base:
         page = pages()
         log_in(page, base)
         run_id = start_demo(page, base)
         page.evaluate("window.__notReloaded = true")
-        page.click(".approval.a-pending button[value=approve]", timeout=90_000)
-        page.wait_for_selector(".approval.a-approved", timeout=10_000)
+        page.wait_for_selector(".approval.a-pending button[value=approve]", timeout=90_000)
+        # Paused, the run stays paused once its step is approved: nothing runs until a person
+        # resumes it (or, here, rewinds it).
         page.click("#run-header button:has-text('Pause')")
         wait_js(
             page,
@@ -106,6 +106,9 @@ def test_approve_pause_then_rewind_from_the_timeline_and_the_run_continues_live(
             " === 'paused'",
             timeout=30_000,
         )
+        page.click(".approval.a-pending button[value=approve]")
+        page.wait_for_selector(".approval.a-approved", timeout=10_000)
+        assert status_of(run_id) == RunStatus.PAUSED
         target = Run.objects.get(pk=run_id).checkpoints.get(kind="session_end")
         page.click(f"#checkpoint-{target.number} a:has-text('Rewind')")
         panel = page.wait_for_selector("#checkpoint-action #confirm-panel", timeout=10_000)
