@@ -92,6 +92,15 @@ def wait_state(run: Run) -> WaitState:
     return WaitState(over, reason, children, spawned[0].tool_use_id)
 
 
+def live_spawns(run_id: int, live=None) -> set[str]:
+    """The tool_use_ids of the run's spawn_runs calls on its live branch: children of the
+    others were spawned on a branch a rewind abandoned (and cancelled by it, if still running)."""
+    live = Event.objects.on_live_branch(run_id) if live is None else live
+    return set(
+        live.filter(kind=EventKind.FLEET_SPAWNED).values_list("payload__tool_use_id", flat=True)
+    )
+
+
 def after_rewind(run_id: int) -> list[int]:
     """A fleet's parent was rewound (its `run.rewound` event is in): what its live branch no
     longer holds is undone. Each child's merge state becomes what the live branch's last merge
@@ -110,9 +119,7 @@ def after_rewind(run_id: int) -> list[int]:
             state[p["run_id"]] = MergeState.RESOLVED if p.get("approval_id") else MergeState.APPLIED
         else:
             state[p["run_id"]] = MergeState.CONFLICT
-    spawned = set(
-        live.filter(kind=EventKind.FLEET_SPAWNED).values_list("payload__tool_use_id", flat=True)
-    )
+    spawned = live_spawns(run_id, live)
     for row in rows:
         merge_state = state.get(row.child_id, MergeState.NONE)
         if row.merge_state != merge_state:

@@ -572,14 +572,15 @@ def test_a_parent_rewound_to_before_its_spawn_cancels_those_children_and_spawns_
     assert (parent.workspace_path / "a.txt").read_text() == "a"
 
 
-def test_a_parent_rewound_to_before_a_merge_merges_that_child_again():
+def test_a_parent_rewound_to_before_a_merge_merges_that_child_again(decider):
+    tidy = {"text": "tidy", "tool_calls": [call("bash", command="rm -rf build")]}
     parent = drive_until_idle(
         make_run(
             turns=[
                 spawn(child("a", write("a.txt", "a"), finish_turn())),
-                {"text": "a pause to think", "tool_calls": [call("bash", command="true")]},
                 MERGE,
-                {"text": "tidy", "tool_calls": [call("bash", command="rm -rf build")]},
+                tidy,
+                MERGE,  # a second look: nothing left to merge, unless a rewind took one out
                 finish_turn(),
             ]
         )
@@ -589,19 +590,35 @@ def test_a_parent_rewound_to_before_a_merge_merges_that_child_again():
     parent = drive_until_idle(parent)
     assert parent.status == RunStatus.AWAITING_APPROVAL, parent.status_reason
     assert FleetChild.objects.get(child=kid).merge_state == "applied"
-    merged_at = Event.objects.get(run=parent, kind="fleet.merge").seq
-    before = (
-        Checkpoint.objects.filter(run=parent, seq__lt=merged_at)
-        .exclude(kind="merge")
-        .order_by("-seq")
-        .first()
-    )
+    before = Checkpoint.objects.get(run=parent, label__startswith="before merge_children")
     checkpoints.rewind(parent.pk, before.pk, actor="user:pat")
     assert not (parent.workspace_path / "a.txt").exists()
-    # The merge the rewind took out is to be made again.
+    # The merge the rewind took out is to be made again: the next merge_children makes it.
     assert FleetChild.objects.get(child=kid).merge_state == ""
     parent = drive_until_idle(parent)
     assert parent.status == RunStatus.AWAITING_APPROVAL, parent.status_reason
+    approve_pending(parent, decider)
+    parent = drive_until_idle(parent)
+    assert parent.status == "succeeded", parent.status_reason
     assert (parent.workspace_path / "a.txt").read_text() == "a"
     assert FleetChild.objects.get(child=kid).merge_state == "applied"
     assert [m["result"] for m in events(parent, "fleet.merge")] == ["applied", "applied"]
+
+
+def test_a_child_that_ended_on_a_branch_a_rewind_abandoned_is_never_merged():
+    parent = drive_until_idle(
+        make_run(
+            turns=[spawn(child("a", write("a.txt", "a"), finish_turn())), MERGE, finish_turn()]
+        )
+    )
+    (old,) = children_of(parent)
+    assert drive_until_idle(old).status == "succeeded"  # the parent is queued, to merge it
+    start = Checkpoint.objects.get(run=parent, kind="run_start")
+    assert checkpoints.rewind(parent.pk, start.pk, actor="user:pat").children == []
+    parent = drive_until_idle(parent)  # the spawn again: a new child
+    _, new = children_of(parent)
+    assert drive_until_idle(new).status == "succeeded"
+    parent = drive_until_idle(parent)
+    assert parent.status == "succeeded", parent.status_reason
+    assert [m["run_id"] for m in events(parent, "fleet.merge")] == [new.pk]
+    assert FleetChild.objects.get(child=old).merge_state == ""

@@ -231,14 +231,19 @@ class Fleet:
             self.gate.wait(asked[0])
 
     def _to_merge(self, wanted: list[int] | None) -> tuple[list[FleetChild], str]:
-        rows = FleetChild.objects.filter(parent_id=self.s.run_id).select_related("child")
+        every = FleetChild.objects.filter(parent_id=self.s.run_id).select_related("child")
+        spawns = fleets.live_spawns(self.s.run_id)
+        rows = [r for r in every if r.tool_use_id in spawns]
         if wanted is None:
             return [
                 r for r in rows if r.child.status == RunStatus.SUCCEEDED and not r.merge_state
             ], ""
         mine = {r.child_id: r for r in rows}
+        abandoned = {r.child_id for r in every} - set(mine)
         for run_id in wanted:
             row = mine.get(run_id)
+            if run_id in abandoned:
+                return [], f"run {run_id} was spawned on a branch a rewind abandoned"
             if row is None:
                 return [], f"run {run_id} is not a child of this run"
             if row.child.status != RunStatus.SUCCEEDED:
