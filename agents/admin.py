@@ -20,6 +20,7 @@ from agents.models import (
     ScheduleEvent,
     Session,
     Trigger,
+    WebhookDelivery,
 )
 
 
@@ -274,6 +275,24 @@ class ArtifactAdmin(ReadOnlyAdmin):
 class ApprovalAdmin(ReadOnlyAdmin):
     list_display = ("id", "run", "tool_name", "status", "decided_by", "created_at")
     list_filter = ("status",)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """What each receiver was sent, and how it went: delivered, pending its next attempt, or
+    given up after the last (also a `notification.failed` event in the run's log)."""
+
+    list_display = ("id", "run", "event", "url", "state", "attempts", "due_at", "last_error")
+    list_select_related = ("run",)
+    list_filter = (
+        ("delivered_at", admin.EmptyFieldListFilter),
+        ("failed_at", admin.EmptyFieldListFilter),
+    )
+    search_fields = ("run__id", "url")
+
+    @admin.display(description="event")
+    def event(self, row):
+        return row.payload.get("event", "")
 
 
 @admin.register(RunScript)

@@ -83,6 +83,12 @@ def send(name: str, task: Any, kwargs: dict[str, Any]) -> bool:
     return True
 
 
+def queue_now(name: str, **kwargs: Any) -> bool:
+    """Put task `name` on the queue at once (not after the transaction); False (logged) when
+    the queue cannot be reached."""
+    return send(name, _task(name), kwargs)
+
+
 def schedule(name: str, *, delay: float, **kwargs: Any) -> None:
     """Queue task `name` to run in `delay` seconds (a retry: never slept for on a worker)."""
     try:

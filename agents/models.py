@@ -687,3 +687,4 @@ from agents.schedule_models import (  # noqa: E402, F401
     Trigger,
     TriggerDelivery,
 )
+from agents.webhook_models import WebhookDelivery  # noqa: E402, F401

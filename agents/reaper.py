@@ -8,7 +8,8 @@ A queue that lost everything it held (Redis restarted without persistence) is no
 mark the reaper keeps in the queue's own storage is gone. Then every unleased run is queued again
 without waiting out REQUEUE_AFTER_SECONDS, and so is every rewind a person asked for that no
 worker has carried out (a rewind request is also re-issued when it went unanswered past its
-deadline: its task was lost with a worker).
+deadline: its task was lost with a worker). Webhook deliveries due and not made are queued again
+the same way (agents/notifications.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import approvals, blobstore, checkpoints, jobs, sandbox, services
+from agents import approvals, blobstore, checkpoints, jobs, notifications, sandbox, services
 from agents.jobs import enqueue
 from agents.models import (
     DRIVABLE_STATUSES,
@@ -78,6 +79,7 @@ def reap(now=None) -> list[int]:
             enqueue(run_id)
             requeued.append(run_id)
     reissue_lost_rewinds(now, emptied=emptied)
+    notifications.requeue_lost(now, after=lost_after)
     resume_when_store_is_back()
     return requeued
 

@@ -54,9 +54,18 @@ def rewind_run(
 
 
 @db_task()
-def deliver_webhook(*, run_id: int, url: str, payload: dict, attempt: int = 1) -> bool:
+def deliver_webhook(
+    *,
+    delivery_id: int | None = None,
+    run_id: int | None = None,
+    url: str = "",
+    payload: dict | None = None,
+    attempt: int = 1,
+) -> bool:
     # One attempt per execution: a retry is scheduled, never slept for on a worker thread.
-    return notifications.deliver(run_id, url, payload, attempt=attempt)
+    if delivery_id is None:  # queued before the delivery rows: its kwargs carry the POST
+        return notifications.deliver_legacy(run_id, url, payload or {}, attempt)
+    return notifications.deliver(delivery_id)
 
 
 @db_task()

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from agents import policy, reaper, services, tasks
 from agents.approvals import ApprovalError, NotAllowed, can_decide, decide
-from agents.models import Approval, Event, Run, RunStatus
+from agents.models import Approval, Event, Run, RunStatus, WebhookDelivery
 from agents.runtime.loop import drive
 from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
 from tests.procs import dump_events, wait_for
@@ -364,7 +364,7 @@ def test_global_webhook_urls_get_every_runs_notifications_besides_its_own(
         with django_capture_on_commit_callbacks(execute=True):
             plain = drive_until_idle(make_run(turns=[finish_turn()]))
             with_own = drive_until_idle(make_run(turns=[finish_turn()], webhook_urls=[own.url]))
-        assert [t.kwargs["url"] for t in deliver_queued()] == [
+        assert [delivery(t).url for t in deliver_queued()] == [
             receiver.url,
             receiver.url,
             own.url,
@@ -532,6 +532,11 @@ def queued_webhooks():
     return tasks
 
 
+def delivery(task) -> WebhookDelivery:
+    """The delivery row a queued deliver_webhook task stands for."""
+    return WebhookDelivery.objects.get(pk=task.kwargs["delivery_id"])
+
+
 def deliver_queued() -> list:
     """Run each queued webhook task's body once, as a worker would; returns the tasks."""
     queued = queued_webhooks()
@@ -567,8 +572,10 @@ def test_webhooks_fire_on_an_approval_wait_and_on_success_with_a_link(
         # A 500 first: the retry is scheduled, not waited for.
         assert not tasks.deliver_webhook.call_local(**queued[0].kwargs)
         retry = queued_webhooks()
-        assert [t.kwargs["attempt"] for t in retry] == [2] and retry[0].eta is not None
+        assert [delivery(t).attempts for t in retry] == [1] and retry[0].eta is not None
+        assert retry[0].kwargs == queued[0].kwargs  # the same delivery, its next attempt
         assert tasks.deliver_webhook.call_local(**retry[0].kwargs)
+        assert delivery(retry[0]).state == "delivered" and delivery(retry[0]).attempts == 2
         assert len(receiver.bodies) == 2
         first = receiver.bodies[-1]
         assert first["event"] == "approval.requested"
@@ -577,7 +584,7 @@ def test_webhooks_fire_on_an_approval_wait_and_on_success_with_a_link(
         with django_capture_on_commit_callbacks(execute=True):
             approve_pending(run, decider)
             drive_until_idle(run)
-        events = [t.kwargs["payload"]["event"] for t in queued_webhooks()]
+        events = [delivery(t).payload["event"] for t in queued_webhooks()]
         assert events == ["run.succeeded"]
     finally:
         receiver.close()
@@ -594,18 +601,24 @@ def test_a_failed_webhook_attempt_schedules_the_next_after_a_doubling_backoff_wi
         queued_webhooks()
         payload = {"event": "run.succeeded", "url": "x"}
         delays = []
-        task_kwargs = {"run_id": run.pk, "url": receiver.url, "payload": payload}
+        row = WebhookDelivery.objects.create(run=run, url=receiver.url, payload=payload)
+        task_kwargs = {"delivery_id": row.pk}
         for attempt in (1, 2):
             started = time.monotonic()
             assert not tasks.deliver_webhook.call_local(**task_kwargs)
             assert time.monotonic() - started < 10, "the task waited (30 s) instead of scheduling"
             (retry,) = queued_webhooks()
-            assert retry.kwargs == {**task_kwargs, "attempt": attempt + 1}
+            assert retry.kwargs == task_kwargs and delivery(retry).attempts == attempt
             delays.append(in_seconds(retry.eta))
-            task_kwargs = retry.kwargs
+            # Not due yet: a task for it that comes early (a second one, say) makes no attempt.
+            assert not tasks.deliver_webhook.call_local(**task_kwargs)
+            assert len(receiver.bodies) == attempt
+            WebhookDelivery.objects.filter(pk=row.pk).update(due_at=timezone.now())
             assert not Event.objects.filter(run=run, kind="notification.failed").exists()
         assert 28 < delays[0] <= 30 and 58 < delays[1] <= 60, delays  # 30 s, then doubled
         assert not tasks.deliver_webhook.call_local(**task_kwargs)  # the last attempt
+        assert delivery(retry).state == "failed" and delivery(retry).last_error == "HTTP 500"
+        assert not tasks.deliver_webhook.call_local(**task_kwargs)  # given up: nothing more
         assert queued_webhooks() == []
         assert len(receiver.bodies) == 3
         failed = Event.objects.get(run=run, kind="notification.failed")
@@ -713,7 +726,7 @@ def test_a_run_that_pauses_posts_a_webhook_saying_why_with_a_link_to_the_run(
             )
         )
     assert run.status == RunStatus.PAUSED
-    assert [t.kwargs["url"] for t in deliver_queued()] == [receiver.url]
+    assert [delivery(t).url for t in deliver_queued()] == [receiver.url]
     (body,) = receiver.bodies
     assert body["event"] == "run.paused"
     assert body["run"]["id"] == run.pk and body["run"]["status"] == "paused"
@@ -802,5 +815,53 @@ def test_every_notification_has_its_own_id(receiver, django_capture_on_commit_ca
     queued_webhooks()
     with django_capture_on_commit_callbacks(execute=True):
         drive_until_idle(make_run(turns=[finish_turn()], webhook_urls=[receiver.url]))
-    ids = [t.kwargs["payload"]["id"] for t in queued_webhooks()]
+    ids = [delivery(t).payload["id"] for t in queued_webhooks()]
     assert ids and all(i.startswith("msg_") for i in ids) and len(set(ids)) == len(ids)
+
+
+def test_a_delivery_whose_task_was_lost_is_queued_again_by_the_reaper_and_made_once(
+    receiver, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    queued_webhooks()
+    with django_capture_on_commit_callbacks(execute=True):
+        run = drive_until_idle(make_run(turns=[finish_turn()], webhook_urls=[receiver.url]))
+    (row,) = WebhookDelivery.objects.filter(run=run)
+    assert row.payload["event"] == "run.succeeded" and row.state == "pending"
+    assert len(queued_webhooks()) == 1  # ...and lost: Redis restarted without persistence
+    # Not yet due long enough: the reaper leaves it to its task.
+    reaper.reap()
+    assert queued_webhooks() == []
+    later = timezone.now() + timedelta(seconds=settings.SHIFTLOG["REQUEUE_AFTER_SECONDS"] + 1)
+    reaper.reap(later)
+    again = queued_webhooks()
+    assert [t.kwargs for t in again] == [{"delivery_id": row.pk}]
+    # Queued twice over (the reaper and a late task): one POST.
+    assert tasks.deliver_webhook.call_local(**again[0].kwargs)
+    assert not tasks.deliver_webhook.call_local(**again[0].kwargs)
+    assert [b["event"] for b in receiver.bodies] == ["run.succeeded"]
+    row.refresh_from_db()
+    assert row.state == "delivered" and row.attempts == 1
+    reaper.reap(later + timedelta(hours=1))
+    assert queued_webhooks() == []  # delivered: nothing more to do
+
+
+def test_an_attempt_under_way_is_not_made_again_until_it_would_have_timed_out(receiver):
+    from datetime import timedelta
+
+    run = make_run(turns=[finish_turn()])
+    row = WebhookDelivery.objects.create(run=run, url=receiver.url, payload={"event": "x"})
+    queued_webhooks()
+    # A worker claimed it and died mid-POST: the claim holds the delivery a while...
+    WebhookDelivery.objects.filter(pk=row.pk).update(due_at=timezone.now() + timedelta(seconds=20))
+    assert not tasks.deliver_webhook.call_local(delivery_id=row.pk)
+    assert receiver.bodies == []
+    # ...then, once it would have timed out long ago, the reaper finds it and it is made.
+    WebhookDelivery.objects.filter(pk=row.pk).update(due_at=timezone.now() - timedelta(minutes=10))
+    reaper.reap()
+    (task,) = queued_webhooks()
+    assert tasks.deliver_webhook.call_local(**task.kwargs)
+    assert len(receiver.bodies) == 1

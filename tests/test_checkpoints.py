@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from agents import checkpoints, services, workspaces
 from agents.blobstore import BlobStore
 from agents.branches import abandoned, in_ranges
-from agents.models import Artifact, Checkpoint, Event, Run, RunStatus
+from agents.models import Artifact, Checkpoint, Event, Run, RunStatus, WebhookDelivery
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import (
     approve_pending,
@@ -609,7 +609,8 @@ def queued_task_names() -> list[str]:
 
     names = []
     while (task := HUEY.dequeue()) is not None:
-        names.append((task.name, (task.kwargs.get("payload") or {}).get("event")))
+        delivery = WebhookDelivery.objects.filter(pk=task.kwargs.get("delivery_id")).first()
+        names.append((task.name, delivery.payload.get("event") if delivery else None))
     return names
 
 
@@ -644,6 +645,7 @@ def test_a_requested_rewind_waits_for_the_runs_worker_and_pauses_it_without_a_we
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED and not run.events.filter(kind="run.rewound").exists()
     assert ("deliver_webhook", "run.paused") not in queued_task_names()  # nobody asked for it
+    assert not WebhookDelivery.objects.filter(run=run, payload__event="run.paused").exists()
     # Once the worker lets go, the next attempt rewinds and queues the run again.
     Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)
     with django_capture_on_commit_callbacks(execute=True):
