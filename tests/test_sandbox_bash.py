@@ -292,3 +292,25 @@ def test_bwrap_workspace_under_tmp_is_writable_and_host_tmp_is_hidden() -> None:
         }
         assert set(tmp_entries.split()) <= {Path(tmp).name, *python_tops}
         assert Path(tmp).name in tmp_entries.split()
+
+
+@pytest.mark.parametrize("with_pidfd", [True, False])
+def test_waiting_for_a_command_says_whether_it_exited_with_or_without_a_pidfd(with_pidfd):
+    import subprocess
+
+    from agents.sandbox.bash import _pidfd, _wait_for_exit
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    exit_fd = _pidfd(proc.pid) if with_pidfd else None
+    assert (exit_fd is not None) == with_pidfd  # Linux 5.3 and later have pidfds
+    try:
+        assert not _wait_for_exit(proc, exit_fd, 0.05)  # still reading its input
+        assert proc.returncode is None
+        proc.stdin.close()  # now it ends
+        assert _wait_for_exit(proc, exit_fd, 30)
+        assert proc.returncode == 0  # reaped: no zombie left behind
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
+        proc.kill()
+        proc.wait()
