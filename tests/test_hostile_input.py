@@ -13,6 +13,7 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -101,18 +102,49 @@ def state() -> tuple:
     )
 
 
-@pytest.fixture
-def world(supervisor, waiting_run):
+def make_world(supervisor, owner):
     """A run paused at its risky step (so resume would act), a checkpoint, a pending approval."""
     from agents import services
+    from tests.conftest import drive_until_idle
 
-    services.pause_run(waiting_run.pk, actor="test")
+    run = drive_until_idle(services.create_demo_run(created_by=owner))
+    assert run.status == "awaiting_approval", run.status_reason
+    services.pause_run(run.pk, actor="test")
     return (
         client_for(supervisor),
-        waiting_run,
-        Approval.objects.get(run=waiting_run),
-        waiting_run.checkpoints.get(kind="session_end"),
+        run,
+        Approval.objects.get(run=run),
+        run.checkpoints.get(kind="session_end"),
     )
+
+
+@pytest.fixture
+def world(supervisor, owner):
+    return make_world(supervisor, owner)
+
+
+@pytest.fixture(scope="module")
+def _shared_world(django_db_setup, django_db_blocker):
+    """One world for the module's many tests that must change nothing (each checks it did not):
+    made once, outside their transactions, and removed when they are done."""
+    from tests.conftest import user_with
+
+    with django_db_blocker.unblock():
+        made = make_world(
+            user_with("hostile-sam", "view_run", "control_run", "decide_approval"),
+            get_user_model().objects.create_user("hostile-olivia", password="pw-olivia-1"),
+        )
+    yield made
+    with django_db_blocker.unblock():
+        Run.objects.filter(pk=made[1].pk).delete()
+        get_user_model().objects.filter(username__startswith="hostile-").delete()
+
+
+@pytest.fixture
+def read_only_world(_shared_world, db):
+    """The shared world, in a test of its own transaction (anything a test did write is rolled
+    back; its `state()` checks say it wrote nothing)."""
+    return _shared_world
 
 
 def test_the_endpoints_do_act_on_good_input(world):
@@ -162,21 +194,21 @@ def test_hostile_values_in_any_form_or_parameter_get_a_4xx_or_a_form_error(world
     [
         "/runs/{big}/",
         "/runs/{big}/events/?before=1",
-        "/runs/1/events/?before={big}",
+        "/runs/{run}/events/?before={big}",
         "/runs/{big}/diff/?a=1",
-        "/runs/1/diff/?a={big}&b={big}",
+        "/runs/{run}/diff/?a={big}&b={big}",
         "/approvals/{big}/decide",
-        "/runs/1/artifacts/{big}/",
-        "/runs/1/artifacts/1/download",
+        "/runs/{run}/artifacts/{big}/",
+        "/runs/{run}/artifacts/1/download",
         "/?page={big}&status=\x00&q=%00" + "x" * 5000,
         "/login/{big}/{big}/",
     ],
 )
 @pytest.mark.parametrize("big", [*BIG, "%00", "%ff%fe", "-1"])
-def test_ids_and_parameters_no_row_can_have_are_a_404_not_a_crash(world, path, big):
-    c = world[0]
+def test_ids_and_parameters_no_row_can_have_are_a_404_not_a_crash(read_only_world, path, big):
+    c, run = read_only_world[:2]
     before = state()
-    url = path.format(big=big)
+    url = path.format(big=big, run=run.pk)
     response = c.post(url) if "decide" in url else c.get(url)
     assert response.status_code in {200, 302, 400, 403, 404, 405}, (url, response.status_code)
     assert state() == before
@@ -197,12 +229,13 @@ def test_raw_bodies_that_are_not_utf8_are_not_a_crash(world):
     assert state() == before
 
 
-# {run} and {approval} stand for the world's own ids (on PostgreSQL ids do not restart at 1).
+# {run} and {approval} stand for the world's own ids (on PostgreSQL ids do not restart at 1),
+# {user} for its supervisor.
 CLI_CASES = [
     (["show_run", "9" * 40], "id"),
     (["tail_run", "{run}", "--after", "-5"], "seq"),
-    (["approve", str(2**64), "--user", "sam"], "id"),
-    (["deny", "{approval}", "--user", "sam", "--reason", "no\x00way"], "NUL"),
+    (["approve", str(2**64), "--user", "{user}"], "id"),
+    (["deny", "{approval}", "--user", "{user}", "--reason", "no\x00way"], "NUL"),
     (["note_run", "{run}", "a\x00b"], "NUL"),
     (["create_run", "--goal", "g", "--check", "true", "--max-tokens", str(2**70)], "max-tokens"),
     (["create_run", "--goal", "g", "--check", "true", "--max-cost", "NaN"], "max-cost"),
@@ -219,9 +252,14 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize(("args", "said"), CLI_CASES)
-def test_hostile_cli_arguments_get_a_clear_error_and_exit_2(world, args, said):
-    _, run, approval, _ = world
-    ids = {"{run}": str(run.pk), "{approval}": str(approval.pk)}
+def test_hostile_cli_arguments_get_a_clear_error_and_exit_2(read_only_world, args, said):
+    c, run, approval, _ = read_only_world
+    user = c.session.get("_auth_user_id")
+    ids = {
+        "{run}": str(run.pk),
+        "{approval}": str(approval.pk),
+        "{user}": get_user_model().objects.get(pk=user).username,
+    }
     args = [ids.get(a, a) for a in args]
     before = state()
     with pytest.raises((CommandError, SystemExit)) as info:
