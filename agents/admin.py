@@ -277,6 +277,23 @@ class ApprovalAdmin(ReadOnlyAdmin):
     list_filter = ("status",)
 
 
+class DeliveryStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+    STATES = {
+        "pending": {"delivered_at__isnull": True, "failed_at__isnull": True},
+        "delivered": {"delivered_at__isnull": False},
+        "failed": {"failed_at__isnull": False},
+    }
+
+    def lookups(self, request, model_admin):
+        return [(state, state) for state in self.STATES]
+
+    def queryset(self, request, queryset):
+        found = self.STATES.get(self.value() or "")
+        return queryset.filter(**found) if found else queryset
+
+
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
     """What each receiver was sent, and how it went: delivered, pending its next attempt, or
@@ -284,10 +301,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
 
     list_display = ("id", "run", "event", "url", "state", "attempts", "due_at", "last_error")
     list_select_related = ("run",)
-    list_filter = (
-        ("delivered_at", admin.EmptyFieldListFilter),
-        ("failed_at", admin.EmptyFieldListFilter),
-    )
+    list_filter = (DeliveryStateFilter,)
     search_fields = ("run__id", "url")
 
     @admin.display(description="event")

@@ -27,6 +27,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["pk"]
+        verbose_name_plural = "webhook deliveries"
         indexes = [
             models.Index(
                 fields=["due_at"],

@@ -3,9 +3,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from agents.models import Event, RunScript, RunStatus
-from tests.conftest import drive_until_idle, make_run
+from tests.conftest import drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -176,3 +177,30 @@ def test_runs_are_not_deleted_in_the_admin_and_actions_read_plainly(admin_client
     assert f"Run {run.pk} paused." in done
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED
+
+
+def test_webhook_deliveries_are_shown_read_only_by_state(admin_client):
+    from agents.models import WebhookDelivery
+
+    run = make_run(turns=[finish_turn()])
+    for n, fields in enumerate(
+        [
+            {},
+            {"delivered_at": timezone.now()},
+            {"failed_at": timezone.now(), "last_error": "HTTP 500"},
+        ]
+    ):
+        WebhookDelivery.objects.create(
+            run=run,
+            url=f"https://hooks.example/{n}",
+            payload={"event": "<b>run.paused</b>"},
+            **fields,
+        )
+    page = admin_client.get("/admin/agents/webhookdelivery/").content.decode()
+    assert "3 webhook deliveries" in page and "&lt;b&gt;run.paused&lt;/b&gt;" in page
+    for state, url in (("pending", "/0"), ("delivered", "/1"), ("failed", "/2")):
+        shown = admin_client.get(f"/admin/agents/webhookdelivery/?state={state}").content.decode()
+        assert f"hooks.example{url}" in shown and "1 webhook delivery" in shown, state
+    assert admin_client.get("/admin/agents/webhookdelivery/add/").status_code == 403
+    one = WebhookDelivery.objects.first()
+    assert admin_client.post(f"/admin/agents/webhookdelivery/{one.pk}/delete/").status_code == 403
