@@ -113,6 +113,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self._events_key(events), lambda: self._render_events(events)
         )
 
+    async def live_resync(self, message: dict[str, Any]) -> None:
+        """The process's feed missed events (dashboard.fanout.resync): read them from the
+        database as after a reconnect, the side panels and the lists included."""
+        if self.mode == "run":
+            await self._catch_up(always_side=True)
+        html = await database_sync_to_async(self._refresh)()
+        if html:
+            await self.send(text_data=html)
+
     async def _catch_up(self, *, always_side: bool = False, connecting: bool = False) -> None:
         self.busy += 1  # the fan-out sends nothing straight meanwhile
         try:

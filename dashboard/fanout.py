@@ -170,6 +170,16 @@ async def to_pages(layer, runs: list[dict[str, Any]]) -> None:
                 await layer.send(socket.channel_name, message)
 
 
+async def resync(layer) -> None:
+    """The feed missed what was published for a while (Redis went away): every socket reads
+    what it may have missed from the database (its run's events, the header's count, the
+    lists), as after a reconnect."""
+    viewers.stats["resyncs"] += 1
+    for socket in list(viewers.pages):
+        with contextlib.suppress(ChannelFull):  # far behind: it catches up at its next batch
+            await layer.send(socket.channel_name, {"type": "live.resync"})
+
+
 def backlog(layer) -> int:
     """Messages this process's sockets have not taken yet (the in-memory layer's queues)."""
     queues = getattr(layer, "channels", None)

@@ -24,7 +24,7 @@ from channels.layers import get_channel_layer
 
 from agents.models import Event, Run
 from dashboard import stream
-from dashboard.fanout import let_sockets_catch_up, publish
+from dashboard.fanout import let_sockets_catch_up, publish, resync
 
 log = logging.getLogger("dashboard.live")
 
@@ -52,18 +52,25 @@ async def listen(layer, channel: str) -> None:
     fan_out = asyncio.get_running_loop().create_task(_fan_out(arrived))
     loop_time = asyncio.get_running_loop().time
     joined = loop_time()
+    lost = False  # Redis went away: it may have come back empty, without our membership
     try:
         while True:
             try:
-                if loop_time() - joined > HUB_REJOIN_SECONDS:
+                if lost or loop_time() - joined > HUB_REJOIN_SECONDS:
                     await layer.group_add(HUB_GROUP, channel)
                     joined = loop_time()
+                    if lost:
+                        # What was published while we were not listening reached nobody here:
+                        # every page reads it from the database.
+                        lost = False
+                        await resync(get_channel_layer())
                 message = await layer.receive(channel)
                 arrived.put_nowait(message["rows"])
             except asyncio.CancelledError:
                 raise
-            except Exception:  # Redis briefly away: pages catch up from the database
+            except Exception:  # Redis briefly away: join again, and pages catch up
                 log.exception("listening to the live hub failed; retrying")
+                lost = True
                 await asyncio.sleep(1)
     finally:
         fan_out.cancel()

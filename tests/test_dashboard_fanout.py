@@ -6,8 +6,13 @@ daphne processes on the same run (with Redis each listens once and fans out to i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import shutil
+import socket
+import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -18,6 +23,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from agents import eventlog, services
+from agents.models import Event
 from dashboard import fanout, stream
 from tests.conftest import make_run
 from tests.procs import Procs
@@ -256,3 +262,79 @@ async def wait_up(port: int, timeout: float = 30) -> None:
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server is not installed")
+def test_after_redis_restarts_empty_the_hub_listener_joins_again_and_pages_catch_up(
+    owner, tmp_path
+):
+    """A Redis of its own, killed and started again empty: the listener's membership of the hub
+    group went with it. It joins again (what is published next reaches it), and every page reads
+    from the database what was committed while nobody here was listening."""
+    from channels_redis.core import RedisChannelLayer
+
+    from dashboard import hub, live
+
+    port = free_port()
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    argv += ["--appendonly", "no", "--dir", str(tmp_path)]
+
+    def redis() -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return proc
+            time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    server = redis()
+    run = make_run(created_by=owner)
+    start = run.last_seq
+    layer = RedisChannelLayer(hosts=[f"redis://127.0.0.1:{port}/0"])
+
+    async def publish(event) -> None:
+        values = await database_sync_to_async(
+            lambda: (
+                Event.objects.filter(pk=event.pk)
+                .values(*stream.EVENT_FIELDS, "run__created_by_id")
+                .get()
+            )
+        )()
+        await layer.group_send(hub.HUB_GROUP, {"type": "hub.rows", "rows": [hub.to_hub(values)]})
+
+    async def go():
+        nonlocal server
+        comm = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+        assert (await comm.connect())[0]
+        if live.feed.task is not None:  # this process's own feed (the tail, on SQLite): stopped
+            live.feed.task.cancel()
+        channel = await layer.new_channel()
+        await layer.group_add(hub.HUB_GROUP, channel)
+        listener = asyncio.get_running_loop().create_task(hub.listen(layer, channel))
+        try:
+            first = await append(run.pk, "human.note", {"text": "before"})
+            await publish(first)
+            assert seqs(await receive_until(comm, lambda t: first.seq in seqs(t))) == [first.seq]
+            server.kill()
+            server.wait()
+            missed = await append(run.pk, "human.note", {"text": "while Redis was away"})
+            server = redis()  # empty: no group, no members
+            got = await receive_until(comm, lambda t: missed.seq in seqs(t), timeout=30)
+            assert seqs(got) == [missed.seq]  # the resync's catch-up, from the database
+            after = await append(run.pk, "human.note", {"text": "after"})
+            await publish(after)  # reaches the listener: it joined again
+            got = await receive_until(comm, lambda t: after.seq in seqs(t), timeout=10)
+            assert seqs(got) == [after.seq]
+            assert await comm.receive_nothing(timeout=0.5)  # and nothing twice
+            assert fanout.viewers.stats["resyncs"] >= 1
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+            await comm.disconnect()
+
+    try:
+        async_to_sync(go)()
+    finally:
+        server.kill()
+        server.wait()
