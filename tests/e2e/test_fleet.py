@@ -254,6 +254,15 @@ def test_the_fleet_demo_tree_follows_its_children_live_through_an_approval(tmp_p
             f"document.querySelector('#fleet-run-{child}')?.dataset.status === 'awaiting_approval'",
             timeout=30_000,
         )
+        # The planner's rewind to its start would cancel the children still running: its
+        # confirm panel says which, before anything is done.
+        start = Run.objects.get(pk=planner).checkpoints.get(kind="run_start")
+        page.click(f"#checkpoint-{start.number} a:has-text('Rewind')")
+        panel = page.wait_for_selector("#checkpoint-action #confirm-panel", timeout=10_000)
+        assert "are cancelled" in panel.inner_text(), panel.inner_text()
+        assert page.locator(f"#confirm-panel .d-children a[href='/runs/{child}/']").count() == 1
+        assert Run.objects.get(pk=planner).status == RunStatus.WAITING_FOR_CHILDREN
+
         other = page.context.new_page()
         other.goto(f"{base}/runs/{child}/")
         other.click(".approval.a-pending button[value=approve]", timeout=30_000)
