@@ -93,6 +93,10 @@ async def publish(layer, rows: list[dict[str, Any]]) -> None:
         owners[row["run_id"]] = row["run__created_by_id"]
     changed = []
     for run_id, events in by_run.items():
+        # Pushes from different committers (a worker, a person's action) reach a listener in
+        # any order, and one listener batch can hold several: each run's events in seq order,
+        # each once.
+        events = list({e["seq"]: e for e in sorted(events, key=seq_of)}.values())
         if run_id in viewers.by_run:
             try:
                 await to_run_viewers(layer, run_id, events)
@@ -117,11 +121,18 @@ async def publish(layer, rows: list[dict[str, Any]]) -> None:
         await to_pages(layer, changed)
 
 
+def seq_of(event: dict[str, Any]) -> int:
+    return event["seq"]
+
+
 async def to_run_viewers(layer, run_id: int, events: list[dict[str, Any]]) -> None:
-    """One render per permission set present, the same text to every viewer that has it."""
+    """One render per permission set present, the same text to every viewer that has it.
+    `events` are in seq order; a batch with a gap (a push that never came) goes to no socket
+    straight: each reads the gap from the database (the consumer's run_events)."""
     first, last = events[0]["seq"], events[-1]["seq"]
+    gapless = last - first + 1 == len(events)
     one_of_each: dict[Any, Socket] = {}
-    for socket in viewers.by_run.get(run_id, ()):
+    for socket in viewers.by_run.get(run_id, ()) if gapless else ():
         if ready(socket, first):
             one_of_each.setdefault(socket.rights, socket)
     html: dict[Any, str] = {}
@@ -134,7 +145,7 @@ async def to_run_viewers(layer, run_id: int, events: list[dict[str, Any]]) -> No
     # Decided again after the render: a socket may have started a catch-up meanwhile.
     for socket in list(viewers.by_run.get(run_id, ())):
         text = html.get(socket.rights)
-        if text is not None and ready(socket, first):
+        if text is not None and gapless and ready(socket, first):
             socket.last_seq = last
             viewers.stats["frames"] += 1
             try:

@@ -416,3 +416,41 @@ def test_a_runs_list_push_reads_its_rows_in_one_query_however_many_change(owner)
     with CaptureQueriesContext(connection) as cached:  # the same rows again: from the cache
         consumer._render_runs(changed(runs, 2))
     assert len(cached) == 0
+
+
+def test_batches_out_of_order_or_with_a_gap_reach_each_page_once_in_order(owner):
+    """A worker's push [n+1, n+3] and a person's [n+2] can reach the listener in either order,
+    in one batch; a push can also be lost. Each page still gets every event once, in order."""
+    run = make_run(created_by=owner)
+    start = run.last_seq
+
+    def values(*events):
+        return list(
+            Event.objects.filter(pk__in=[e.pk for e in events])
+            .order_by("?")  # the order they arrive in is not the order they committed in
+            .values(*stream.EVENT_FIELDS, "run__created_by_id")
+        )
+
+    async def go():
+        comm = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+        assert (await comm.connect())[0]
+        restore = stop_delivery()
+        try:
+            a, b, c = [await append(run.pk, "human.note", {"text": t}) for t in "abc"]
+            d, _lost, f = [await append(run.pk, "human.note", {"text": t}) for t in "def"]
+        finally:
+            restore()
+        layer = get_channel_layer()
+        rows = await database_sync_to_async(values)(a, b, c)
+        rows = sorted(rows, key=lambda r: r["seq"])
+        await fanout.publish(layer, [rows[0], rows[2], rows[1], rows[2]])  # late, and twice
+        got = await receive_until(comm, lambda t: c.seq in seqs(t))
+        await fanout.publish(
+            layer, await database_sync_to_async(values)(d, f)
+        )  # the one between never came
+        got += await receive_until(comm, lambda t: f.seq in seqs(t))
+        assert seqs(got) == list(range(start + 1, start + 7))
+        assert await nothing_more(comm)
+        await comm.disconnect()
+
+    async_to_sync(go)()
