@@ -43,11 +43,11 @@ from agents.models import (
     EventKind,
     ResumeState,
     Run,
-    RunScript,
     RunStatus,
     Session,
     SessionStatus,
 )
+from agents.runspec import RunSpec
 from agents.snapshots import Change, SnapshotResult
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "bash"})
@@ -538,36 +538,11 @@ def fork(
     note = _note(note)
     source = Run.objects.get(pk=run_id)
     checkpoint = get(run_id, checkpoint_id)
-    script = RunScript.objects.filter(run=source).values_list("script", flat=True).first()
+    # Every setting of the origin; its start's fingerprints too (the checkpoint's workspace may
+    # hold the agent's changes to what is protected or to how the checks run).
+    spec = RunSpec.of(source, protected=source.protected, check_settings=source.check_settings)
     new = services.create_run(
-        goal=goal or source.goal,
-        checks=source.checks,
-        rubric=source.rubric,
-        provider=source.provider,
-        script=script,
-        script_name=source.script_name,
-        project=source.project,
-        model=source.model,
-        budgets=services.Budgets(
-            max_sessions=source.max_sessions,
-            max_tokens=source.max_tokens,
-            max_cost_usd=source.max_cost_usd,
-            max_wall_seconds=source.max_wall_seconds,
-        ),
-        max_turns_per_session=source.max_turns_per_session,
-        max_input_tokens_per_session=source.max_input_tokens_per_session,
-        tool_policy=source.tool_policy,
-        limits=source.limits,
-        toolchain=source.toolchain,
-        check_settings=source.check_settings,
-        webhook_urls=source.webhook_urls,
-        approval_timeout_seconds=source.approval_timeout_seconds,
-        judge_model=source.judge_model,
-        protected_action=source.protected_action,
-        protected=source.protected,
-        acceptance=[{"name": c["name"], "check": c.get("check")} for c in source.acceptance],
-        heartbeat_seconds=source.heartbeat_seconds,
-        fleet_conflicts=source.fleet_conflicts,
+        spec.replace(goal=goal or source.goal),
         created_by=created_by,
         forked_from=checkpoint,
         resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),

@@ -11,6 +11,7 @@ from django.conf import settings
 from agents import services
 from agents.models import Run
 from agents.providers.scripted import builtin_script
+from agents.runspec import RunSpec
 
 FLEET_GOAL = (
     "Write report.py, a one-line report of a text that uses two modules, textstats.py "
@@ -39,10 +40,10 @@ def create_fleet_demo_run(created_by=None, *, turn_delay_seconds: float | None =
         if turn_delay_seconds is None
         else turn_delay_seconds
     )
-    return services.create_run(
+    spec = RunSpec(
         goal=FLEET_GOAL,
         checks=FLEET_CHECKS,
         script=_with_delay(builtin_script("fleet"), delay),
         script_name="fleet demo (built in)",
-        created_by=created_by,
     )
+    return services.create_run(spec, created_by=created_by)

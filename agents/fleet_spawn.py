@@ -34,6 +34,7 @@ from agents.models import (
     Provider,
     Run,
 )
+from agents.runspec import RunSpec
 
 CENT = Decimal("0.000001")
 
@@ -159,31 +160,27 @@ def _create_child(parent: Run, p: ChildPlan, actor: str) -> Run:
         raise SpawnError(f"children[{p.index}]: a scripted child needs a script")
     model = spec.get("model") or (parent.model if provider == parent.provider else None)
     try:
-        return services.create_run(
+        # The parent's settings, but for what a child is told and given: its goal, checks,
+        # driver and a share of the budget.
+        child = RunSpec.of(
+            parent,
             goal=spec["goal"],
             checks=spec["checks"],
             provider=provider,
             script=script,
             script_name=f"child {p.index} of run {parent.pk}" if script is not None else "",
             model=model,
-            budgets=services.Budgets(
-                max_sessions=parent.max_sessions,
-                max_tokens=p.budget_tokens,
-                max_cost_usd=p.budget_cost_usd,
-            ),
-            max_turns_per_session=parent.max_turns_per_session,
-            max_input_tokens_per_session=parent.max_input_tokens_per_session,
-            tool_policy=parent.tool_policy,
-            webhook_urls=parent.webhook_urls,
-            approval_timeout_seconds=parent.approval_timeout_seconds,
-            created_by=parent.created_by,
-            limits=parent.limits,
-            toolchain=parent.toolchain,
-            project=parent.project,
-            parent=parent,
-            workspace_tree=p.tree,
-            fleet_conflicts=parent.fleet_conflicts,
-            actor=actor,
+            max_tokens=p.budget_tokens,
+            max_cost_usd=p.budget_cost_usd,
+            max_wall_seconds=None,
+            rubric="",
+            judge_model="",
+            acceptance=[],
+            protected_paths=[],
+            heartbeat_seconds=None,
+        )
+        return services.create_run(
+            child, created_by=parent.created_by, parent=parent, workspace_tree=p.tree, actor=actor
         )
     except services.RunError as e:
         raise SpawnError(f"children[{p.index}]: {e}") from None

@@ -248,6 +248,17 @@ class Run(models.Model):
 
     objects = RunQuerySet.as_manager()
 
+    # The settings a run is made with (agents/runspec.py: RunSpec names them the same): a fork or
+    # a scheduled run copies each. Every other column is the run's own state; a test holds that
+    # each column is one or the other.
+    SETTINGS = (
+        "goal", "checks", "rubric", "judge_model", "acceptance", "protected_action", "provider",
+        "model", "script_name", "heartbeat_seconds", "project", "max_sessions", "max_tokens",
+        "max_cost_usd", "max_wall_seconds", "max_turns_per_session",
+        "max_input_tokens_per_session", "tool_policy", "approval_timeout_seconds",
+        "webhook_urls", "limits", "fleet_conflicts", "toolchain", "protected", "check_settings",
+    )  # fmt: skip
+
     class Meta:
         indexes = [
             models.Index(fields=["status", "lease_expires_at"]),

@@ -34,12 +34,12 @@ from agents.models import (
     EventKind,
     Overlap,
     Run,
-    RunScript,
     RunStatus,
     Schedule,
     ScheduleEvent,
     ScheduleEventKind,
 )
+from agents.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -227,35 +227,9 @@ def run_from_template(
     """A new run with the template's goal (or `goal`), checks, policy, budgets, limits, script
     and workspace source, the way a fork copies a run's fields; `origin` (schedule=…, or
     trigger=…) is set on the run and named in its run.created event."""
-    script = RunScript.objects.filter(run=template).values_list("script", flat=True).first()
+    spec = RunSpec.of(template, workspace_from=workspace_source(template))
     run = services.create_run(
-        goal=template.goal if goal is None else goal,
-        checks=template.checks,
-        rubric=template.rubric,
-        provider=template.provider,
-        script=script,
-        script_name=template.script_name,
-        model=template.model,
-        budgets=services.Budgets(
-            max_sessions=template.max_sessions,
-            max_tokens=template.max_tokens,
-            max_cost_usd=template.max_cost_usd,
-            max_wall_seconds=template.max_wall_seconds,
-        ),
-        max_turns_per_session=template.max_turns_per_session,
-        max_input_tokens_per_session=template.max_input_tokens_per_session,
-        workspace_from=workspace_source(template),
-        tool_policy=template.tool_policy,
-        limits=template.limits,
-        toolchain=template.toolchain,
-        webhook_urls=template.webhook_urls,
-        approval_timeout_seconds=template.approval_timeout_seconds,
-        judge_model=template.judge_model,
-        protected_paths=sorted(template.protected),
-        protected_action=template.protected_action,
-        acceptance=[{"name": c["name"], "check": c.get("check")} for c in template.acceptance],
-        heartbeat_seconds=template.heartbeat_seconds if template.is_external else None,
-        project=template.project,  # the tenth scheduled run knows what the first learned
+        spec if goal is None else spec.replace(goal=goal),
         created_by=created_by,
         actor=actor,
         origin={"template": template.pk, **{k: v.pk for k, v in origin.items()}},

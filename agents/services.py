@@ -32,8 +32,8 @@ from agents import (
 )
 from agents.jobs import enqueue
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
-from agents.providers import pricing
-from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
+from agents.providers.scripted import builtin_script
+from agents.runspec import RunSpec
 
 DEMO_GOAL = (
     "Write a small Python module textstats.py with word_count(text) and top_words(text, n), "
@@ -48,7 +48,6 @@ DEMO_SCRIPT_NOTICE = (
 DEMO_GOAL_NOTICE = (
     "the scripted provider will play the built-in demo script: this is the demo's goal."
 )
-MAX_CHECKS = 50
 
 
 # Bad input for a run action; the message says what to change, `field` which input it was.
@@ -100,194 +99,36 @@ def _forked_from(checkpoint) -> dict[str, Any]:
 
 
 def create_run(
+    spec: RunSpec,
     *,
-    goal: str,
-    checks: list[str],
-    provider: str = Provider.SCRIPTED,
-    script: dict[str, Any] | None = None,
-    script_name: str = "",
-    model: str | None = None,
-    budgets: Budgets | None = None,
-    max_turns_per_session: int | None = None,
-    max_input_tokens_per_session: int | None = None,
-    workspace_from: str | Path | None = None,
-    rubric: str = "",
-    tool_policy: list[dict[str, Any]] | None = None,
-    webhook_urls: list[str] | None = None,
-    approval_timeout_seconds: int | None = None,
     created_by=None,
-    judge_model: str = "",
-    protected_paths: list[str] | None = None,
-    protected_action: str = "deny",
-    acceptance: list[dict[str, Any] | str] | None = None,
+    actor: str | None = None,
     forked_from=None,
     resume_state: dict[str, Any] | None = None,
-    protected: dict[str, Any] | None = None,
-    actor: str | None = None,
-    limits: dict[str, Any] | None = None,
-    allowed_hosts: list[str] | None = None,
-    environment: str | Path | None = None,
-    requirements: str | Path | None = None,
-    toolchain: list[str] | None = None,
-    check_settings: dict[str, Any] | None = None,
-    heartbeat_seconds: int | None = None,
     origin: dict[str, Any] | None = None,
-    project: str = "",
     parent: Run | None = None,
     workspace_tree: str | None = None,
-    fleet_conflicts: str = "agent",
 ) -> Run:
-    """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
-    `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
-    `environment` names an interpreter or a virtualenv for the run's commands and checks, or
-    `requirements` has one built (`toolchain`: folders as they are, for a fork). A fleet's child
-    has its `parent` and starts from `workspace_tree` (agents/fleet_spawn.py)."""
-    goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
-    checks = [
-        inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
-        for c in checks or []
-        if c and c.strip()
-    ]
-    if not checks:
-        raise RunError(
-            "a run needs at least one check (a shell command that exits 0 when done)", "checks"
-        )
-    if len(checks) > MAX_CHECKS:
-        raise RunError(f"a run has at most {MAX_CHECKS} checks", "checks")
-    rubric = inputs.text(rubric, what="the rubric", required=False, field="rubric")
-    project = inputs.text(
-        project, what="the project", max_length=100, required=False, field="project"
-    )
-    judge_model = inputs.text(
-        judge_model, what="the judge's model", max_length=100, required=False, field="judge_model"
-    )
-    if model is not None:
-        model = inputs.text(model, what="the model", max_length=100, field="model") or None
-    if provider not in Provider.values:
-        raise RunError(
-            f"provider must be one of {', '.join(Provider.values)}, not {provider!r}", "provider"
-        )
-    if provider == Provider.SCRIPTED:
-        if script is None:
-            script, script_name = builtin_script("demo"), script_name or "demo (built in)"
-        try:
-            validate_script(script)
-        except ScriptError as e:
-            raise RunError(f"script: {e}", "script") from None
-        model = model or OFFLINE_MODEL
-    else:
-        if script is not None:
-            raise RunError("a script is only for the scripted provider", "script")
-        model = model or pricing.DEFAULT_MODEL
-    source = Path(workspace_from) if workspace_from else None
-    if source is not None and not source.is_dir():
-        raise RunError(f"workspace-from: {source} is not a folder", "workspace_from")
-    try:
-        host_rules = [policy.allow_host_rule(h) for h in allowed_hosts or [] if h and h.strip()]
-    except policy.PolicyError as e:
-        raise RunError(str(e), "allowed_hosts") from None
-    try:
-        tool_policy = policy.validate([*host_rules, *(tool_policy or [])])
-    except policy.PolicyError as e:
-        raise RunError(f"tool policy: {e}", "tool_policy") from None
-    run_limits = _limits(limits)
-    webhook_urls = [
-        inputs.http_url(u, what="webhook", field="webhook_urls")
-        for u in webhook_urls or []
-        if u and u.strip()
-    ]
-    if heartbeat_seconds is not None:
-        if provider != Provider.EXTERNAL:
-            raise RunError("--heartbeat-seconds is only for external runs", "heartbeat_seconds")
-        heartbeat_seconds = inputs.whole_number(
-            heartbeat_seconds, what="heartbeat-seconds", field="heartbeat_seconds"
-        )
-    if approval_timeout_seconds is not None:
-        approval_timeout_seconds = inputs.whole_number(
-            approval_timeout_seconds, what="approval-timeout", field="approval_timeout_seconds"
-        )
-    if fleet_conflicts not in ("agent", "person"):
-        raise RunError("fleet-conflicts must be agent or person", "fleet_conflicts")
-    if protected_action not in ("deny", "ask"):
-        raise RunError("protect-action must be deny or ask", "protected_action")
-    criteria = []
-    for item in acceptance or []:
-        if isinstance(item, str):
-            name, _, check = item.partition("=")
-            item = {"name": name.strip(), "check": check.strip() or None}
-        if not isinstance(item, dict) or not str(item.get("name", "")).strip():
-            raise RunError(
-                "each acceptance criterion needs a name (NAME or NAME=CHECK_COMMAND)", "acceptance"
-            )
-        name = inputs.text(
-            item["name"],
-            what="an acceptance criterion",
-            max_length=inputs.MAX_LINE,
-            field="acceptance",
-        )
-        check = inputs.text(
-            item.get("check") or "",
-            what=f"the check of criterion {name!r}",
-            max_length=inputs.MAX_LINE,
-            required=False,
-            field="acceptance",
-        )
-        if any(c["name"] == name for c in criteria):
-            raise RunError(f"acceptance criterion {name!r} is listed twice", "acceptance")
-        criteria.append({"name": name, "check": check or None, "passing": False})
-    if (
-        any(not c["check"] for c in criteria)
-        and provider == Provider.SCRIPTED
-        and script is not None
-        and not script.get("judge")
-    ):
-        raise RunError(
-            "acceptance criteria without a check are judged: the script needs a 'judge' section",
-            "acceptance",
-        )
-    toolchain = _toolchain(environment, requirements) if toolchain is None else toolchain
-    config = settings.SHIFTLOG
-    fields = {
-        "max_turns_per_session": inputs.whole_number(
-            max_turns_per_session or config["MAX_TURNS_PER_SESSION"],
-            what="max-turns-per-session",
-            field="max_turns_per_session",
-        ),
-        "max_input_tokens_per_session": inputs.whole_number(
-            max_input_tokens_per_session or config["MAX_INPUT_TOKENS_PER_SESSION"],
-            what="max-input-tokens-per-session",
-            field="max_input_tokens_per_session",
-        ),
-        **(budgets or Budgets()).cleaned(),
-    }
+    """Create a run from its spec (agents/runspec.py: every setting, checked there) and queue it.
+    The keywords say how it came to be: who made it, the checkpoint it is forked from (and the
+    state it resumes), what made it when not a person (`origin`: template, schedule, trigger),
+    and for a fleet's child its `parent` and the tree its workspace starts from."""
+    spec = spec.clean()
+    source = spec.workspace_from
+    toolchain = _toolchain(spec) if spec.toolchain is None else list(spec.toolchain)
+    fields = spec.run_fields()
     with transaction.atomic():
         run = Run.objects.create(
-            goal=goal,
-            checks=checks,
-            rubric=rubric,
-            provider=provider,
-            model=model,
-            script_name=script_name,
-            project=project,
-            heartbeat_seconds=heartbeat_seconds,
+            **fields,
+            toolchain=toolchain,
             created_by=created_by,
-            tool_policy=tool_policy,
-            webhook_urls=webhook_urls,
-            approval_timeout_seconds=approval_timeout_seconds,
             forked_from=forked_from,
             resume_state=resume_state,
-            judge_model=judge_model or "",
-            protected_action=protected_action,
-            acceptance=criteria,
-            limits=run_limits,
-            toolchain=toolchain,
             parent=parent,
             depth=parent.depth + 1 if parent is not None else 0,
-            fleet_conflicts=fleet_conflicts,
-            **fields,
         )
-        if provider == Provider.SCRIPTED:
-            RunScript.objects.create(run=run, script=script)
+        if spec.provider == Provider.SCRIPTED:
+            RunScript.objects.create(run=run, script=spec.script)
         workspace = run.workspace_path
         if workspace.exists():
             # A leftover from a database that was reset: never mix another run's files in.
@@ -300,19 +141,9 @@ def create_run(
             shutil.copytree(source, workspace, symlinks=True)
         else:
             workspace.mkdir(parents=True)
-        if protected is not None:
-            run.protected = protected  # a fork keeps its origin's fingerprints
-        elif protected_paths:
-            try:
-                run.protected = verification.fingerprint(
-                    sandbox.Workspace(workspace), protected_paths
-                )
-            except (sandbox.ToolInputError, OSError) as e:
-                raise RunError(f"protect: {e}", "protected_paths") from None
-            if not run.protected:
-                raise RunError("protect: the paths given hold no files", "protected_paths")
-        if check_settings is not None:
-            run.check_settings = check_settings  # a fork's are its origin's
+        run.protected = _protected(spec, workspace)
+        if spec.check_settings is not None:
+            run.check_settings = dict(spec.check_settings)  # a fork's are its origin's
         else:
             try:
                 run.check_settings = check_settings_module.fingerprint(workspace)
@@ -328,24 +159,25 @@ def create_run(
         )
         if start:
             workspaces.hold(run, start.tree, start.bytes_total)
+        budgets = {name: fields[name] for name in BUDGET_FIELDS if fields[name] is not None}
         eventlog.append(
             run.pk,
             EventKind.RUN_CREATED,
             {
-                "goal": goal,
-                "checks": checks,
-                "provider": provider,
-                "model": model,
-                "script_name": script_name,
-                **({"project": project} if project else {}),
-                "budgets": {k: str(v) for k, v in fields.items()},
+                "goal": spec.goal,
+                "checks": spec.checks,
+                "provider": spec.provider,
+                "model": spec.model,
+                "script_name": spec.script_name,
+                **({"project": spec.project} if spec.project else {}),
+                "budgets": {k: str(v) for k, v in budgets.items()},
                 "workspace_from": str(source) if source else None,
-                "tool_policy": tool_policy,
-                "limits": run_limits,
+                "tool_policy": spec.tool_policy,
+                "limits": spec.limits,
                 "toolchain": toolchain,
-                "rubric": rubric,
+                "rubric": spec.rubric,
                 "protected": sorted(run.protected),
-                "acceptance": [c["name"] for c in criteria],
+                "acceptance": [c["name"] for c in spec.acceptance],
                 "forked_from": _forked_from(forked_from) if forked_from else None,
                 # What made it, when not a person: {"template", "schedule" or "trigger"}.
                 **({"origin": origin} if origin else {}),
@@ -353,48 +185,45 @@ def create_run(
             },
             actor=actor or actor_for(created_by),
         )
-        if provider != Provider.EXTERNAL:  # an external run waits for its agent to call
+        if spec.provider != Provider.EXTERNAL:  # an external run waits for its agent to call
             enqueue(run.pk)
     run.refresh_from_db()
     return run
 
 
-LIMIT_RANGES = {
-    "memory_mb": (16, 1_048_576),
-    "processes": (8, 100_000),
-    "cpu_seconds": (1, 604_800),
-    "workspace_mb": (1, 10_485_760),
-}
+# The budgets and per-session bounds a run.created event lists.
+BUDGET_FIELDS = (
+    "max_turns_per_session", "max_input_tokens_per_session", "max_sessions", "max_tokens",
+    "max_cost_usd", "max_wall_seconds",
+)  # fmt: skip
 
 
-def _limits(given: dict[str, Any] | None) -> dict[str, int]:
-    """The run's limits: today's defaults with what was given, each checked."""
-    out = isolation.default_limits()
-    for name, value in (given or {}).items():
-        if value is None:
-            continue
-        if name not in isolation.LIMIT_NAMES:
-            raise RunError(
-                f"unknown limit {name!r} (known: {', '.join(isolation.LIMIT_NAMES)})", "limits"
-            )
-        low, high = LIMIT_RANGES[name]
-        what = f"max-{name.replace('_', '-')}"
-        out[name] = inputs.whole_number(value, what=what, minimum=low, maximum=high, field=name)
-    return out
+def _protected(spec: RunSpec, workspace: Path) -> dict[str, Any]:
+    """The fingerprints of the protected paths: a fork's are its origin's (given), else taken
+    from the fresh workspace."""
+    if spec.protected is not None:
+        return dict(spec.protected)
+    if not spec.protected_paths:
+        return {}
+    try:
+        found = verification.fingerprint(sandbox.Workspace(workspace), list(spec.protected_paths))
+    except (sandbox.ToolInputError, OSError) as e:
+        raise RunError(f"protect: {e}", "protected_paths") from None
+    if not found:
+        raise RunError("protect: the paths given hold no files", "protected_paths")
+    return found
 
 
-def _toolchain(environment: str | Path | None, requirements: str | Path | None) -> list[str]:
+def _toolchain(spec: RunSpec) -> list[str]:
     """The folders a run's commands and checks get: a named interpreter or virtualenv, or one
     built from the project's requirements (outside the workspace: the agent cannot change what
     the checks run with)."""
-    if environment and requirements:
-        raise RunError("give --env or --env-requirements, not both", "environment")
     try:
-        if environment:
-            return isolation.interpreter_folders(environment)
-        if requirements:
+        if spec.environment:
+            return isolation.interpreter_folders(spec.environment)
+        if spec.requirements:
             where = Path(settings.DATA_DIR) / "envs" / uuid.uuid4().hex[:16]
-            return isolation.build_venv(requirements, where)
+            return isolation.build_venv(spec.requirements, where)
     except isolation.EnvironmentProblem as e:
         raise RunError(f"environment: {e}", "environment") from None
     return []
@@ -412,14 +241,14 @@ def create_demo_run(created_by=None, *, turn_delay_seconds: float | None = None)
         else turn_delay_seconds
     )
     script["turn_delay_seconds"] = delay
-    return create_run(
+    spec = RunSpec(
         goal=DEMO_GOAL,
         checks=DEMO_CHECKS,
         script=script,
         script_name="demo (built in)",
         max_turns_per_session=4,
-        created_by=created_by,
     )
+    return create_run(spec, created_by=created_by)
 
 
 def _get(run_id: int) -> Run:

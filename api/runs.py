@@ -11,6 +11,7 @@ from pydantic import Field
 from agents import checkpoints, pages, services
 from agents.inputs import MAX_BIG_INT, InputError
 from agents.models import Checkpoint, Run, RunStatus
+from agents.runspec import RunSpec
 from api import out
 from api.auth import need
 from api.common import actor, controlled_run, seen_run
@@ -79,38 +80,11 @@ def _cursor(text: str | None) -> pages.Cursor | None:
 @router.post("/runs", response={201: RunOut}, summary="Create a run (it is queued at once)")
 def create_run(request, body: RunCreate):
     need(request, "write")
-    budgets = services.Budgets(
-        max_sessions=body.max_sessions,
-        max_tokens=body.max_tokens,
-        max_cost_usd=body.max_cost_usd,
-        max_wall_seconds=body.max_wall_seconds,
-    )
-    run = services.create_run(
-        goal=body.goal,
-        checks=body.checks,
-        provider=body.provider,
-        script=body.script,
+    spec = RunSpec.build(
+        body.model_dump(exclude_none=True),
         script_name="from the API" if body.script is not None else "",
-        model=body.model,
-        budgets=budgets,
-        max_turns_per_session=body.max_turns_per_session,
-        max_input_tokens_per_session=body.max_input_tokens_per_session,
-        rubric=body.rubric,
-        judge_model=body.judge_model,
-        tool_policy=body.tool_policy,
-        webhook_urls=body.webhook_urls,
-        approval_timeout_seconds=body.approval_timeout_seconds,
-        protected_paths=body.protected_paths or None,
-        protected_action=body.protected_action,
-        acceptance=[c.model_dump() for c in body.acceptance],
-        limits=body.limits.model_dump(exclude_none=True) if body.limits else None,
-        allowed_hosts=body.allowed_hosts,
-        heartbeat_seconds=body.heartbeat_seconds,
-        project=body.project,
-        fleet_conflicts=body.fleet_conflicts,
-        created_by=request.user,
-        actor=actor(request),
     )
+    run = services.create_run(spec, created_by=request.user, actor=actor(request))
     return Status(201, out.run(run))
 
 

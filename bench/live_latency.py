@@ -191,10 +191,11 @@ def _user_and_cookie(username: str):
 
 
 def _new_run(user, goal: str):
+    from agents.runspec import RunSpec
     from agents.services import create_run
 
     # The built-in demo script; the huey task create_run enqueues is never consumed.
-    return create_run(goal=goal, checks=["true"], created_by=user)
+    return create_run(RunSpec(goal=goal, checks=["true"]), created_by=user)
 
 
 class Children:

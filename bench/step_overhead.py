@@ -159,8 +159,9 @@ def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
     from django.db import connection
 
     from agents.models import Event, EventKind, Run, RunStatus, Session
+    from agents.runspec import RunSpec
     from agents.runtime.loop import drive
-    from agents.services import Budgets, create_run
+    from agents.services import create_run
 
     source = data_dir / "source"
     source.mkdir()
@@ -168,14 +169,16 @@ def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
     per_session = 1_000_000 if args.scenario == "single" else args.turns_per_session
     script = _script(args.steps, args.tool)
     run = create_run(
-        goal="Benchmark: read the notes file over and over.",
-        checks=["true"],
-        script=script,
-        script_name="bench",
-        budgets=Budgets(max_sessions=1_000_000),
-        max_turns_per_session=per_session,
-        max_input_tokens_per_session=2_000_000_000,
-        workspace_from=source,
+        RunSpec(
+            goal="Benchmark: read the notes file over and over.",
+            checks=["true"],
+            script=script,
+            script_name="bench",
+            max_sessions=1_000_000,
+            max_turns_per_session=per_session,
+            max_input_tokens_per_session=2_000_000_000,
+            workspace_from=source,
+        )
     )
     baseline = _db_bytes()
 

@@ -176,16 +176,19 @@ def _waiting_script(delay: float) -> dict:
 
 
 def _create_runs(count: int, script: dict, source: Path, label: str, turns_per_session: int):
+    from agents.runspec import RunSpec
     from agents.services import create_run
 
     return [
         create_run(
-            goal=f"Benchmark ({label} {i}): write and read small files.",
-            checks=["true"],
-            script=script,
-            script_name=label,
-            max_turns_per_session=turns_per_session,
-            workspace_from=source,
+            RunSpec(
+                goal=f"Benchmark ({label} {i}): write and read small files.",
+                checks=["true"],
+                script=script,
+                script_name=label,
+                max_turns_per_session=turns_per_session,
+                workspace_from=source,
+            )
         ).pk
         for i in range(count)
     ]

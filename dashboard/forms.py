@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 from agents import inputs
 from agents.models import Provider, RunStatus
 from agents.providers.scripted import ScriptError, validate_script
+from agents.runspec import RunSpec
 from agents.services import DEMO_CHECKS, DEMO_GOAL, DEMO_SCRIPT_NOTICE
 
 SCRIPT_LIMIT = 1_000_000
@@ -148,6 +149,12 @@ class NewRunForm(forms.Form):
     max_turns_per_session = forms.IntegerField(
         required=False, min_value=1, max_value=inputs.MAX_INT
     )
+    max_input_tokens_per_session = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=inputs.MAX_INT,
+        help_text="A session ends with a handoff when its latest request is this large.",
+    )
     allowed_hosts = forms.CharField(
         required=False,
         max_length=inputs.MAX_TEXT,
@@ -227,6 +234,12 @@ class NewRunForm(forms.Form):
         initial="deny",
         label="A change to a protected path",
     )
+    fleet_conflicts = forms.ChoiceField(
+        required=False,
+        choices=[("agent", "go to the agent"), ("person", "are asked of a person")],
+        initial="agent",
+        label="Merge conflicts of child runs",
+    )
     script_from = forms.IntegerField(required=False, widget=forms.HiddenInput, min_value=1)
 
     @classmethod
@@ -257,6 +270,8 @@ class NewRunForm(forms.Form):
             "max_cost_usd": run.max_cost_usd,
             "max_wall_seconds": run.max_wall_seconds,
             "max_turns_per_session": run.max_turns_per_session,
+            "max_input_tokens_per_session": run.max_input_tokens_per_session,
+            "fleet_conflicts": run.fleet_conflicts,
             "max_memory_mb": limits.get("memory_mb"),
             "max_processes": limits.get("processes"),
             "max_cpu_seconds": limits.get("cpu_seconds"),
@@ -276,6 +291,17 @@ class NewRunForm(forms.Form):
         }
         return initial, rows, json.dumps(rest, indent=2) if rest else ""
 
+    # The form's names for RunSpec's fields, where they differ (agents/runspec.py).
+    SPEC_NAMES = {"criteria": "acceptance", "protect": "protected_paths",
+                  "protect_action": "protected_action"}  # fmt: skip
+
+    def spec(self, **given) -> RunSpec:
+        """The run this valid form describes (`given`: what the view worked out, the script and
+        the policy rows)."""
+        data = {self.SPEC_NAMES.get(k, k): v for k, v in self.cleaned_data.items()}
+        data["model"] = data.get("model") or None
+        return RunSpec.build(data, **given)
+
     def clean_allowed_hosts(self) -> list[str]:
         return lines(self.cleaned_data["allowed_hosts"])
 
@@ -290,6 +316,9 @@ class NewRunForm(forms.Form):
 
     def clean_protect_action(self) -> str:
         return self.cleaned_data["protect_action"] or "deny"
+
+    def clean_fleet_conflicts(self) -> str:
+        return self.cleaned_data["fleet_conflicts"] or "agent"
 
     def clean_provider(self) -> str:
         provider = self.cleaned_data["provider"]

@@ -141,36 +141,7 @@ def new_run(request: HttpRequest) -> HttpResponse:
         policy = [r for r in rows if r] + data["tool_policy"]
         try:
             run = services.create_run(
-                goal=data["goal"],
-                checks=data["checks"],
-                provider=data["provider"],
-                script=script,
-                script_name=script_name,
-                model=data["model"] or None,
-                budgets=services.Budgets(
-                    max_sessions=data["max_sessions"],
-                    max_tokens=data["max_tokens"],
-                    max_cost_usd=data["max_cost_usd"],
-                    max_wall_seconds=data["max_wall_seconds"],
-                ),
-                max_turns_per_session=data["max_turns_per_session"],
-                tool_policy=policy,
-                allowed_hosts=data["allowed_hosts"],
-                limits={
-                    "memory_mb": data["max_memory_mb"],
-                    "processes": data["max_processes"],
-                    "cpu_seconds": data["max_cpu_seconds"],
-                    "workspace_mb": data["max_workspace_mb"],
-                },
-                approval_timeout_seconds=data["approval_timeout_seconds"],
-                webhook_urls=data["webhook_urls"],
-                rubric=data["rubric"],
-                judge_model=data["judge_model"],
-                acceptance=data["criteria"],
-                protected_paths=data["protect"],
-                protected_action=data["protect_action"],
-                heartbeat_seconds=data["heartbeat_seconds"],
-                project=data["project"],
+                form.spec(script=script, script_name=script_name, tool_policy=policy),
                 created_by=request.user,
             )
         except services.RunError as e:

@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 
 from agents import services
 from agents.models import Run
+from agents.runspec import RunSpec
 from agents.runtime.loop import drive
 
 
@@ -62,11 +63,27 @@ def finish_turn(summary: str = "done") -> dict:
     return {"text": "Finishing.", "tool_calls": [call("finish", summary=summary)]}
 
 
+LINEAGE = (
+    "created_by",
+    "actor",
+    "forked_from",
+    "resume_state",
+    "origin",
+    "parent",
+    "workspace_tree",
+)
+
+
 def make_run(*, turns: list[dict] | None = None, checks: list[str] | None = None, **kwargs) -> Run:
+    """A run made through services.create_run: RunSpec's fields and create_run's keywords."""
     kwargs.setdefault("goal", "test goal")
     if turns is not None:
         kwargs["script"] = script(*turns)
-    return services.create_run(checks=checks or ["true"], **kwargs)
+    budgets = kwargs.pop("budgets", None)
+    if budgets is not None:  # services.Budgets, as create_run once took them
+        kwargs.update({k: v for k, v in vars(budgets).items() if v is not None})
+    lineage = {k: kwargs.pop(k) for k in LINEAGE if k in kwargs}
+    return services.create_run(RunSpec(checks=checks or ["true"], **kwargs), **lineage)
 
 
 def drive_until_idle(run: Run, *, max_slices: int = 50) -> Run:

@@ -13,6 +13,7 @@ from django.test import Client
 
 from agents import services
 from agents.models import Approval, Event, Run
+from agents.runspec import RunSpec
 from api.models import ApiToken
 from tests.conftest import drive_until_idle
 
@@ -132,8 +133,8 @@ def test_admin_lists_and_revokes_tokens(owner):
 
 # --- who sees what ------------------------------------------------------------------------
 def test_a_user_sees_through_the_api_what_the_web_shows(owner, outsider, viewer):
-    mine = services.create_run(goal="mine", checks=["true"], created_by=owner)
-    other = services.create_run(goal="theirs", checks=["true"], created_by=outsider)
+    mine = services.create_run(RunSpec(goal="mine", checks=["true"]), created_by=owner)
+    other = services.create_run(RunSpec(goal="theirs", checks=["true"]), created_by=outsider)
     as_owner = bearer(owner, "read", "write")
     ids = [r["id"] for r in as_owner.get("/api/v1/runs").json()["items"]]
     assert ids == [mine.pk]
@@ -203,7 +204,7 @@ def test_oversize_bodies_are_413(owner, settings):
 
 def test_state_conflicts_are_409(owner):
     c = bearer(owner, "read", "write")
-    run = services.create_run(goal="g", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="g", checks=["true"]), created_by=owner)
     is_problem(post(c, f"/api/v1/runs/{run.pk}/resume"), 409)
     assert (
         post(c, f"/api/v1/runs/{run.pk}/cancel", {"reason": "enough"}).json()["status"]
@@ -276,7 +277,7 @@ def test_create_run_with_cli_options_and_show_it(owner):
 def test_list_filters_and_cursor_pages(owner):
     c = bearer(owner, "read", "write")
     ids = [
-        services.create_run(goal=f"task {i}", checks=["true"], created_by=owner).pk
+        services.create_run(RunSpec(goal=f"task {i}", checks=["true"]), created_by=owner).pk
         for i in range(5)
     ]
     services.cancel_run(ids[0], actor="t")
@@ -296,7 +297,7 @@ def test_list_filters_and_cursor_pages(owner):
 
 def test_pause_resume_note_cancel_log_the_user(owner):
     c = bearer(owner, "read", "write")
-    run = services.create_run(goal="g", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="g", checks=["true"]), created_by=owner)
     assert post(c, f"/api/v1/runs/{run.pk}/pause", {"reason": "lunch"}).json()["status"] == "paused"
     assert (
         post(c, f"/api/v1/runs/{run.pk}/resume", {"max_tokens": 9000}).json()["budgets"][

@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import services
+from agents.runspec import RunSpec
 from agents.schedule_models import Schedule, Trigger
 from api.models import ApiToken
 
@@ -26,7 +27,7 @@ def post(c, url, body=None):
 
 
 def test_schedule_create_list_pause_resume_delete(owner, outsider):
-    run = services.create_run(goal="nightly", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="nightly", checks=["true"]), created_by=owner)
     c = bearer(owner, "read", "write")
     made = post(
         c,
@@ -58,14 +59,14 @@ def test_schedule_create_list_pause_resume_delete(owner, outsider):
     ],
 )
 def test_bad_schedules_are_422_and_make_nothing(owner, body):
-    run = services.create_run(goal="nightly", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="nightly", checks=["true"]), created_by=owner)
     r = post(bearer(owner, "read", "write"), "/api/v1/schedules", {"from_run": run.pk, **body})
     assert r.status_code == 422 and r["Content-Type"] == "application/problem+json", r.content
     assert not Schedule.objects.exists()
 
 
 def test_a_trigger_is_shown_once_and_starts_runs(owner):
-    run = services.create_run(goal="on push", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="on push", checks=["true"]), created_by=owner)
     c = bearer(owner, "read", "write")
     made = post(c, "/api/v1/triggers", {"from_run": run.pk, "goal": "build {payload.ref}"})
     assert made.status_code == 201, made.content
@@ -81,7 +82,7 @@ def test_a_trigger_is_shown_once_and_starts_runs(owner):
 
 
 def test_wake_a_paused_run_and_cancel_it(owner):
-    run = services.create_run(goal="later", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="later", checks=["true"]), created_by=owner)
     services.pause_run(run.pk, actor="t")
     c = bearer(owner, "read", "write")
     at = (timezone.now() + timedelta(hours=2)).isoformat()
@@ -101,7 +102,7 @@ def test_wake_a_paused_run_and_cancel_it(owner):
 def test_the_schedule_list_makes_no_query_per_schedule(owner, django_assert_max_num_queries):
     from agents import schedules
 
-    run = services.create_run(goal="nightly", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="nightly", checks=["true"]), created_by=owner)
     for hour in range(6):
         schedules.create(run, f"0 {hour} * * *", actor="t")
     c = bearer(owner, "read")

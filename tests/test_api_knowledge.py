@@ -9,6 +9,7 @@ from django.test import Client
 
 from agents import services
 from agents.models import Event
+from agents.runspec import RunSpec
 from api.models import ApiToken
 
 pytestmark = pytest.mark.django_db
@@ -37,8 +38,12 @@ def test_sessions_carry_their_wake_up(owner, decider):
 
 
 def test_memory_written_read_promoted_and_forgotten_as_events(owner, outsider):
-    first = services.create_run(goal="one", checks=["true"], project="shop", created_by=owner)
-    second = services.create_run(goal="two", checks=["true"], project="shop", created_by=owner)
+    first = services.create_run(
+        RunSpec(goal="one", checks=["true"], project="shop"), created_by=owner
+    )
+    second = services.create_run(
+        RunSpec(goal="two", checks=["true"], project="shop"), created_by=owner
+    )
     c = bearer(owner, "read", "write")
     r = put(c, f"/api/v1/runs/{first.pk}/memory/setup", {"text": "tests need make deps first"})
     assert r.status_code == 200, r.content
@@ -77,7 +82,7 @@ def test_memory_written_read_promoted_and_forgotten_as_events(owner, outsider):
 
 
 def test_bad_memory_requests_are_4xx(owner):
-    run = services.create_run(goal="one", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="one", checks=["true"]), created_by=owner)
     c = bearer(owner, "read", "write")
     assert put(c, f"/api/v1/runs/{run.pk}/memory/k", {"text": ""}).status_code == 422
     assert (

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from agents.models import Event, Run
+from agents.runspec import RunSpec
 from tests.conftest import user_with
 from tests.e2e.helpers import serving
 from tests.procs import Procs, dying_with_us
@@ -207,7 +208,7 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path):
     fuzz = get_user_model().objects.get(username="fuzz")
     services.create_demo_run(created_by=fuzz, turn_delay_seconds=0)
     services.create_run(
-        goal="an external run", checks=["true"], provider="external", created_by=fuzz
+        RunSpec(goal="an external run", checks=["true"], provider="external"), created_by=fuzz
     )
     auth = token(tmp_path, "fuzz", "read,write,decide")
     with serving(

@@ -15,6 +15,7 @@ from huey import RedisHuey
 
 from agents import checkpoints, jobs, reaper, services
 from agents.models import Event, Run, RunStatus
+from agents.runspec import RunSpec
 from tests.conftest import drive_until_idle, run_queued
 
 pytestmark = pytest.mark.django_db
@@ -66,7 +67,7 @@ def fresh_queue():
 def test_a_slice_that_cannot_be_queued_is_logged_and_left_for_the_reapers_next_pass(
     caplog, fresh_queue, reap
 ):
-    run = services.create_run(goal="g", checks=["true"], script=SCRIPT)
+    run = services.create_run(RunSpec(goal="g", checks=["true"], script=SCRIPT))
     drain_queue()
     # A real Redis client, against a port where no Redis is: what a restarting Redis looks like.
     down = RedisHuey("shiftlog-down", url=f"redis://127.0.0.1:{closed_port()}/0")
@@ -88,7 +89,7 @@ def test_a_slice_that_cannot_be_queued_is_logged_and_left_for_the_reapers_next_p
 def test_a_queue_that_lost_everything_has_every_unleased_run_queued_again_at_once(
     fresh_queue, reap
 ):
-    run = services.create_run(goal="g", checks=["true"], script=SCRIPT)
+    run = services.create_run(RunSpec(goal="g", checks=["true"], script=SCRIPT))
     ten_seconds_ago = timezone.now() - timedelta(seconds=10)
     Run.objects.filter(pk=run.pk).update(enqueued_at=ten_seconds_ago)
     drain_queue()

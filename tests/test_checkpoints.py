@@ -16,6 +16,7 @@ from agents import checkpoints, services, workspaces
 from agents.blobstore import BlobStore
 from agents.branches import abandoned, in_ranges
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus, WebhookDelivery
+from agents.runspec import RunSpec
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import (
     approve_pending,
@@ -255,20 +256,24 @@ RUN_STATE = {
 
 def test_a_fork_keeps_every_setting_of_its_origin(db):
     run = services.create_run(
-        goal="settings travel",
-        checks=["true"],
-        script=script(finish_turn()),
-        rubric="tidy",
-        budgets=services.Budgets(max_sessions=7, max_tokens=12345, max_cost_usd=3.5),
-        max_turns_per_session=9,
-        tool_policy=[{"tool": "bash", "pattern": "curl", "action": "ask"}],
-        approval_timeout_seconds=600,
-        limits={"memory_mb": 700},
-        protected_paths=["tests/"],
-        protected_action="ask",
-        acceptance=[{"name": "passes", "check": "true"}],
-        project="alpha",
-        fleet_conflicts="person",
+        RunSpec(
+            goal="settings travel",
+            checks=["true"],
+            script=script(finish_turn()),
+            rubric="tidy",
+            max_sessions=7,
+            max_tokens=12345,
+            max_cost_usd=3.5,
+            max_turns_per_session=9,
+            tool_policy=[{"tool": "bash", "pattern": "curl", "action": "ask"}],
+            approval_timeout_seconds=600,
+            limits={"memory_mb": 700},
+            protected_paths=["tests/"],
+            protected_action="ask",
+            acceptance=[{"name": "passes", "check": "true"}],
+            project="alpha",
+            fleet_conflicts="person",
+        )
     )
     run = drive_until_idle(run)
     fork = checkpoints.fork(run.pk, run.checkpoints.first().pk, actor="user:dana")

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agents import overview, services
 from agents.models import Approval, Run, RunStatus
+from agents.runspec import RunSpec
 from dashboard import panels
 from dashboard.access import Rights
 from tests.conftest import client_for, make_run
@@ -26,10 +27,12 @@ pytestmark = pytest.mark.django_db
 def external(owner, *, silent: float | None = None, heartbeat: int | None = 60, **kw) -> Run:
     """An external run; `silent`: its agent's last call that many seconds ago (None: never)."""
     run = services.create_run(
-        goal=kw.pop("goal", "an outside agent's run"),
-        checks=["test -f done.txt"],
-        provider="external",
-        heartbeat_seconds=heartbeat,
+        RunSpec(
+            goal=kw.pop("goal", "an outside agent's run"),
+            checks=["test -f done.txt"],
+            provider="external",
+            heartbeat_seconds=heartbeat,
+        ),
         created_by=owner,
     )
     fields = dict(kw)

@@ -11,6 +11,7 @@ from django.test import Client
 
 from agents import schedules, services, triggers
 from agents.models import Run, Schedule, Trigger
+from agents.runspec import RunSpec
 from tests.conftest import client_for, make_run
 
 pytestmark = pytest.mark.django_db
@@ -159,7 +160,7 @@ def test_a_person_sets_a_paused_runs_wake_up_from_its_page(owner):
     from agents.models import Run
     from tests.conftest import client_for
 
-    run = services.create_run(goal="later", checks=["true"], created_by=owner)
+    run = services.create_run(RunSpec(goal="later", checks=["true"]), created_by=owner)
     services.pause_run(run.pk, actor="t")
     c = client_for(owner)
     page = c.get(f"/runs/{run.pk}/").content.decode()

@@ -12,6 +12,7 @@ import pytest
 
 from agents import checkpoints, services
 from agents.models import Checkpoint, Run, RunStatus
+from agents.runspec import RunSpec
 from tests.conftest import approve_pending, drive_until_idle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -24,10 +25,12 @@ pytestmark = pytest.mark.django_db
 
 def soak_run(seed: int, *, risky: bool = False) -> Run:
     return services.create_run(
-        goal="like the soak's",
-        checks=["true"],
-        script=script(random.Random(seed), turns=10, risky=risky, delay=0),
-        max_turns_per_session=3,
+        RunSpec(
+            goal="like the soak's",
+            checks=["true"],
+            script=script(random.Random(seed), turns=10, risky=risky, delay=0),
+            max_turns_per_session=3,
+        )
     )
 
 

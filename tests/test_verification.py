@@ -13,6 +13,7 @@ from agents import services, verification
 from agents.blobstore import BlobStore
 from agents.eventlog import describe
 from agents.models import Approval, Artifact, Event, RunStatus
+from agents.runspec import RunSpec
 from agents.sandbox import Workspace
 from agents.verification import JUDGE_SYSTEM, criteria_of, goal_coverage
 from tests.conftest import call, drive_until_idle, finish_turn, make_run
@@ -187,10 +188,12 @@ def test_a_judge_that_rejects_sends_its_reasons_back_and_the_run_goes_on(db):
         ],
     }
     run = services.create_run(
-        goal="document calc",
-        checks=["test -f README.md"],
-        script=script,
-        rubric="- README explains add",
+        RunSpec(
+            goal="document calc",
+            checks=["test -f README.md"],
+            script=script,
+            rubric="- README explains add",
+        )
     )
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED
@@ -285,11 +288,13 @@ def test_acceptance_criteria_are_flipped_only_by_the_harness_and_progress_is_kep
         ],
     }
     run = services.create_run(
-        goal="fix calc add and document it",
-        checks=["true"],
-        script=script,
-        workspace_from=seeded(tmp_path),
-        acceptance=["tests pass=python3 -m unittest -q", "documented"],
+        RunSpec(
+            goal="fix calc add and document it",
+            checks=["true"],
+            script=script,
+            workspace_from=seeded(tmp_path),
+            acceptance=["tests pass=python3 -m unittest -q", "documented"],
+        )
     )
     first = Event.objects.get(run=run, kind="run.created").payload
     assert first["acceptance"] == ["tests pass", "documented"]

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from agents import services
+from agents.runspec import RunSpec
 from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
 from tests.procs import Procs
 
@@ -27,7 +28,7 @@ def test_the_docs_page_lists_every_operation_and_tries_one_with_a_token(
     pages, eve, tmp_path, shots
 ):
     run = services.create_run(
-        goal="an external run", checks=["true"], provider="external", created_by=eve
+        RunSpec(goal="an external run", checks=["true"], provider="external"), created_by=eve
     )
     token = Procs(tmp_path).manage("create_token", "--user", "eve", "--scopes", "read").split()[-1]
     with serving(tmp_path) as base:

@@ -9,6 +9,7 @@ import pytest
 
 from agents import schedules, services
 from agents.models import Schedule
+from agents.runspec import RunSpec
 from tests.e2e.helpers import CHROMIUM, log_in, serving
 from tests.e2e.test_accessibility import violations
 
@@ -26,7 +27,7 @@ pytestmark = [
 def test_a_schedule_made_from_a_run_page_is_listed_with_its_next_tick(pages, eve, tmp_path):
     # An external run: no worker drives it, so nothing moves while the page is used.
     run = services.create_run(
-        goal="Nightly: tidy the docs", checks=["true"], provider="external", created_by=eve
+        RunSpec(goal="Nightly: tidy the docs", checks=["true"], provider="external"), created_by=eve
     )
     with serving(tmp_path) as base:
         page = pages()

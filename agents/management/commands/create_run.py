@@ -8,10 +8,10 @@ from django.core.management.base import BaseCommand
 from agents import inputs
 from agents.management.base import acting, fail
 from agents.providers.scripted import ScriptError, load_script
+from agents.runspec import RunSpec
 from agents.services import (
     DEMO_GOAL_NOTICE,
     DEMO_SCRIPT_NOTICE,
-    Budgets,
     RunError,
     create_run,
     is_demo_goal,
@@ -48,18 +48,28 @@ class Command(BaseCommand):
         )
         parser.add_argument("--model", help="model name (anthropic: default claude-sonnet-4-5)")
         parser.add_argument("--max-sessions", type=int)
-        parser.add_argument("--max-cost", metavar="USD")
+        parser.add_argument("--max-cost", dest="max_cost_usd", metavar="USD")
         parser.add_argument("--max-tokens", type=int)
         parser.add_argument("--max-wall-seconds", type=int)
         parser.add_argument("--max-turns-per-session", type=int)
         parser.add_argument(
+            "--max-input-tokens-per-session",
+            type=int,
+            metavar="N",
+            help="a session hands off when its latest request is this large",
+        )
+        parser.add_argument(
             "--workspace-from", metavar="DIR", help="copy this folder into the workspace"
         )
         parser.add_argument(
-            "--policy", metavar="JSON|FILE", help="tool policy rules (JSON, or a file holding them)"
+            "--policy",
+            dest="tool_policy",
+            metavar="JSON|FILE",
+            help="tool policy rules (JSON, or a file holding them)",
         )
         parser.add_argument(
             "--webhook",
+            dest="webhook_urls",
             action="append",
             default=[],
             metavar="URL",
@@ -67,6 +77,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--approval-timeout",
+            dest="approval_timeout_seconds",
             type=int,
             metavar="SECONDS",
             help="waiting approvals expire (count as denied) after this",
@@ -79,14 +90,18 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--protect",
+            dest="protected_paths",
             action="append",
             default=[],
             metavar="PATH",
             help="a file or folder the checks depend on (repeatable)",
         )
-        parser.add_argument("--protect-action", choices=["deny", "ask"], default="deny")
+        parser.add_argument(
+            "--protect-action", dest="protected_action", choices=["deny", "ask"], default="deny"
+        )
         parser.add_argument(
             "--criterion",
+            dest="acceptance",
             action="append",
             default=[],
             metavar="NAME[=CMD]",
@@ -94,6 +109,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--allow-host",
+            dest="allowed_hosts",
             action="append",
             default=[],
             metavar="HOST[:PORT]",
@@ -108,11 +124,13 @@ class Command(BaseCommand):
         env = parser.add_mutually_exclusive_group()
         env.add_argument(
             "--env",
+            dest="environment",
             metavar="PATH",
             help="an interpreter or virtualenv the run's commands and checks run with",
         )
         env.add_argument(
             "--env-requirements",
+            dest="requirements",
             metavar="FILE",
             help="build a virtualenv with these requirements for the commands and checks",
         )
@@ -140,60 +158,16 @@ class Command(BaseCommand):
                 script = load_script(o["script"])
             except ScriptError as e:
                 raise fail(str(e)) from None
-        rules = None
-        if o["policy"]:
-            text = o["policy"]
-            if not text.lstrip().startswith("["):
-                try:
-                    text = Path(text).read_text()
-                except OSError as e:
-                    raise fail(f"--policy: cannot read {o['policy']}: {e.strerror}") from None
-            try:
-                rules = inputs.load_json(text, what="--policy")
-            except inputs.InputError as e:
-                raise fail(str(e)) from None
+        if o["tool_policy"]:
+            o["tool_policy"] = _policy(o["tool_policy"])
         if not o["checks"]:
             raise fail(
                 "give at least one --check CMD: the harness runs it to decide when the run is done"
             )
+        # The options are named as RunSpec's fields are (agents/runspec.py).
+        spec = RunSpec.build(o, script=script, script_name=o["script"] or "")
         try:
-            run = create_run(
-                goal=o["goal"],
-                checks=o["checks"],
-                provider=o["provider"],
-                script=script,
-                script_name=o["script"] or "",
-                model=o["model"],
-                budgets=Budgets(
-                    max_sessions=o["max_sessions"],
-                    max_tokens=o["max_tokens"],
-                    max_cost_usd=o["max_cost"],
-                    max_wall_seconds=o["max_wall_seconds"],
-                ),
-                max_turns_per_session=o["max_turns_per_session"],
-                workspace_from=o["workspace_from"],
-                tool_policy=rules,
-                rubric=o["rubric"],
-                judge_model=o["judge_model"],
-                protected_paths=o["protect"],
-                protected_action=o["protect_action"],
-                acceptance=o["criterion"],
-                webhook_urls=o["webhook"],
-                allowed_hosts=o["allow_host"],
-                limits={
-                    "memory_mb": o["max_memory_mb"],
-                    "processes": o["max_processes"],
-                    "cpu_seconds": o["max_cpu_seconds"],
-                    "workspace_mb": o["max_workspace_mb"],
-                },
-                environment=o["env"],
-                requirements=o["env_requirements"],
-                approval_timeout_seconds=o["approval_timeout"],
-                heartbeat_seconds=o["heartbeat_seconds"],
-                project=o["project"],
-                fleet_conflicts=o["fleet_conflicts"],
-                created_by=user,
-            )
+            run = create_run(spec, created_by=user)
         except RunError as e:
             raise fail(str(e)) from None
         if run.provider == "scripted" and script is None:
@@ -219,3 +193,17 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(str(run.pk))
+
+
+def _policy(text: str) -> list:
+    """--policy: JSON rules, or a file holding them."""
+    given = text
+    if not text.lstrip().startswith("["):
+        try:
+            text = Path(text).read_text()
+        except OSError as e:
+            raise fail(f"--policy: cannot read {given}: {e.strerror}") from None
+    try:
+        return inputs.load_json(text, what="--policy")
+    except inputs.InputError as e:
+        raise fail(str(e)) from None

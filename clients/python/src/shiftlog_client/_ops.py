@@ -64,6 +64,8 @@ class RunSpec(TypedDict, total=False):
     limits: dict[str, int]
     allowed_hosts: list[str]
     heartbeat_seconds: int
+    project: str
+    fleet_conflicts: Literal["agent", "person"]
 
 
 @dataclass
