@@ -18,6 +18,7 @@ from django.template.loader import render_to_string
 
 from agents.models import Approval, Event, Run, RunStatus
 from dashboard import access, cards, fanout, live, panels, stream
+from dashboard.frames import frames
 
 CATCH_UP_CHUNK = 500
 
@@ -73,9 +74,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if self.mode == "run":
                 await self._catch_up(always_side=self.reconnect, connecting=True)
             if self.reconnect:
-                html = await database_sync_to_async(self._refresh)()
-                if html:
-                    await self.send(text_data=html)
+                await self._send_all(await database_sync_to_async(self._refresh)())
         finally:
             self.busy -= 1
 
@@ -118,9 +117,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         database as after a reconnect, the side panels and the lists included."""
         if self.mode == "run":
             await self._catch_up(always_side=True)
-        html = await database_sync_to_async(self._refresh)()
-        if html:
-            await self.send(text_data=html)
+        await self._send_all(await database_sync_to_async(self._refresh)())
+
+    async def _send_all(self, messages: list[str]) -> None:
+        for text in messages:
+            await self.send(text_data=text)
 
     async def _catch_up(self, *, always_side: bool = False, connecting: bool = False) -> None:
         self.busy += 1  # the fan-out sends nothing straight meanwhile
@@ -178,11 +179,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         if self.mode in {"run", "page"} and not any(r["approvals"] for r in runs):
             return  # these pages show only the approval count from this stream
-        html = await database_sync_to_async(self._render_runs)(runs)
-        if html:
-            await self.send(text_data=html)
+        await self._send_all(await database_sync_to_async(self._render_runs)(runs))
 
-    def _render_runs(self, runs: list[dict[str, Any]]) -> str:
+    def _render_runs(self, runs: list[dict[str, Any]]) -> list[str]:
+        """The messages for changed runs: the header's count, and the list's rows or the
+        inbox's cards (dashboard/frames.py keeps rows apart from the count)."""
         parts = []
         approvals = [a for r in runs for a in r["approvals"]]
         if approvals:
@@ -191,7 +192,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             parts += self._rows(runs)
         elif self.mode == "approvals" and approvals:
             parts.append(self._cards(approvals))
-        return "".join(parts)
+        return frames(parts)
 
     def _shows_new_rows(self) -> bool:
         return (
@@ -245,8 +246,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             )
         return "".join(parts)
 
-    def _refresh(self) -> str:
-        """After a reconnect: what may have changed while the socket was down."""
+    def _refresh(self) -> list[str]:
+        """After a reconnect: what may have changed while the socket was down (messages)."""
         parts = [self._count()]
         if self.mode == "approvals":
             pending = list(access.pending_approvals(self.user))
@@ -269,7 +270,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 qs = qs.filter(goal__icontains=self.query["q"])
             if self.query.get("page", "1") == "1":
                 parts += [render_row(run) for run in reversed(list(qs.for_list()[:25]))]
-        return "".join(parts)
+        return frames(parts)
 
 
 def render_row(run: Run | None, *, new: bool = False) -> str:

@@ -408,9 +408,9 @@ def test_a_runs_list_push_reads_its_rows_in_one_query_however_many_change(owner)
         ]
 
     with CaptureQueriesContext(connection) as one:
-        html = consumer._render_runs(changed(runs[:1], 1))
+        html = "".join(consumer._render_runs(changed(runs[:1], 1)))
     with CaptureQueriesContext(connection) as eight:
-        html = consumer._render_runs(changed(runs, 2))
+        html = "".join(consumer._render_runs(changed(runs, 2)))
     assert all(f'id="run-{r.pk}"' in html for r in runs)
     assert len(one) == len(eight) == 1, [q["sql"] for q in eight]
     with CaptureQueriesContext(connection) as cached:  # the same rows again: from the cache

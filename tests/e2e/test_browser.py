@@ -218,3 +218,31 @@ def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_pat
         assert dom_seqs(page) == list(range(1, last + 1))  # no gap, no duplicate
     finally:
         procs.close()
+
+
+def test_the_runs_list_row_follows_its_run_live_while_an_approval_waits(pages, eve, tmp_path):
+    """A runs-list push that carries the header's approval count once put the count's <span>
+    before the row's <tr> in one message: htmx parses a message in a <template>, where Chromium
+    then dropped the row's <tr>/<td> tags, and the row was not updated (htmx:oobErrorNoTarget).
+    Rows and the count now go in messages of their own (dashboard/frames.py)."""
+    with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0.25") as base:
+        lister = pages()
+        log_in(lister, base)
+        lister.goto(f"{base}/")
+        lost = []
+        lister.on("console", lambda m: lost.append(m.text) if "oobErrorNoTarget" in m.text else 0)
+        starter = pages()
+        log_in(starter, base)
+        run_id = start_demo(starter, base)
+        row = f"document.querySelector('#run-{run_id} .run-status')"
+        wait_js(lister, f"{row} !== null", timeout=20_000)
+        starter.wait_for_selector(".approval.a-pending button[value=approve]", timeout=60_000)
+        # The row says so live, beside the header's count, without a reload.
+        wait_js(
+            lister,
+            f"{row}.textContent.toLowerCase().includes('awaiting approval')",
+            timeout=10_000,
+        )
+        wait_js(lister, "document.querySelector('#approval-count').textContent.trim() === '1'")
+        assert "1 waiting" in lister.inner_text(f"#run-{run_id}")
+        assert lost == []
