@@ -9,6 +9,7 @@ from django.template.loader import render_to_string
 from agents import memory, pages
 from agents.branches import in_ranges
 from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session
+from agents.money import usd
 from dashboard import access, cards, fleet, stream
 
 PANELS = ("run-header", "meters", "sessions", "memory", "checkpoints", "artifacts")
@@ -80,13 +81,13 @@ def meters(run: Run, sessions_used: int, rollup=None) -> list[dict]:
         }
 
     tokens_fleet = f"{rollup.tokens:,}" if rollup else ""
-    cost_fleet = f"${rollup.cost_usd:.4f}" if rollup else ""
+    cost_fleet = usd(rollup.cost_usd) if rollup else ""
 
     return [
         meter("Tokens", run.total_tokens, run.max_tokens, f"{run.total_tokens:,}",
               f"{run.max_tokens or 0:,}", tokens_fleet),
         meter("Cost" + (" (estimated)" if run.cost_estimated else ""), run.cost_usd,
-              run.max_cost_usd, f"${run.cost_usd:.4f}", f"${run.max_cost_usd or 0:.2f}",
+              run.max_cost_usd, usd(run.cost_usd), usd(run.max_cost_usd or 0, 2),
               cost_fleet),
         meter("Sessions", sessions_used, run.max_sessions, str(sessions_used),
               str(run.max_sessions)),

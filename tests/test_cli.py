@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.models import Run, RunStatus
-from tests.conftest import demo_to_success, drive_until_idle
+from tests.conftest import demo_to_success, drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -248,3 +248,26 @@ def test_tail_run_follow_prints_events_appended_after_it_started_until_the_run_e
         range(1, run.last_seq + 1)
     ), lines
     assert "queued → cancelled" in lines[-1]
+
+
+def test_tail_run_json_names_a_session_by_its_number_in_the_run(decider):
+    """As the API and show_run do: not the session's database id."""
+    from agents.models import Session
+
+    first = demo_to_success(decider)  # its sessions take the first ids
+    second = demo_to_success(decider)
+    assert Session.objects.filter(run=second, index=1).get().pk != 1
+    lines = [json.loads(x) for x in cli("tail_run", str(second.pk), "--json").splitlines()]
+    assert {x["session"] for x in lines} - {None} == {1, 2}
+    assert first.pk != second.pk
+
+
+def test_show_run_json_says_what_made_a_run(owner):
+    from agents import schedules
+
+    template = drive_until_idle(make_run(created_by=owner, goal="nightly"))
+    schedule = schedules.create(template, "0 3 * * *", actor="user:olivia")
+    made = schedules.run_from_template(template, actor="schedule", schedule=schedule)
+    shown = json.loads(cli("show_run", str(made.pk), "--json"))
+    assert (shown["schedule"], shown["trigger"], shown["forked_from"]) == (schedule.pk, None, None)
+    assert json.loads(cli("show_run", str(template.pk), "--json"))["schedule"] is None

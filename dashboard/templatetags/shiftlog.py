@@ -7,10 +7,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from agents import policy
+from agents import money, policy
 from dashboard import cards, markup, stream
 
 register = template.Library()
+
+
+@register.filter
+def usd(amount, places: int = 4) -> str:
+    """Dollars as every page and command shows them (agents/money.py)."""
+    return money.usd(amount, places)
 
 
 @register.filter

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 from agents import inputs, pages
 from agents.management.base import acting, fail
 from agents.models import Run, RunStatus
+from agents.money import usd
 
 MAX_LIMIT = 1000
 
@@ -65,6 +66,6 @@ class Command(BaseCommand):
         for r in rows:
             goal = " ".join(r.goal.split())
             goal = goal if len(goal) <= 80 else goal[:79] + "…"
-            self.stdout.write(f"{r.pk:>7}  {r.status:<18} ${r.cost_usd:.4f}  {goal}")
+            self.stdout.write(f"{r.pk:>7}  {r.status:<18} {usd(r.cost_usd)}  {goal}")
         if cursor:
             self.stdout.write(f"more: --after {cursor}")

@@ -106,6 +106,14 @@ def run_summary(run) -> dict:
         "events": run.last_seq,
         "parent": run.parent_id,
         "depth": run.depth,
+        # What made it, when not a person directly.
+        "schedule": run.schedule_id,
+        "trigger": run.trigger_id,
+        "forked_from": (
+            {"run": run.forked_from.run_id, "checkpoint": run.forked_from.number}
+            if run.forked_from_id
+            else None
+        ),
         "children": list(run.children.order_by("pk").values_list("pk", flat=True)),
         "rollup": fleets.rollup(run).as_json(),
     }

@@ -61,6 +61,7 @@ class Command(RunCommand):
                     Event.objects.for_run(run.pk, after=after)
                     .filter(seq__lte=upto)
                     .matching(**filters)
+                    .select_related("session")
                 )
                 for event in events.iterator(chunk_size=500):
                     self.stdout.write(self.format(event, o["json"]))
@@ -82,7 +83,8 @@ class Command(RunCommand):
                 {
                     "seq": event.seq,
                     "kind": event.kind,
-                    "session": event.session_id,
+                    # The session's number in the run, as the API and show_run give it.
+                    "session": event.session.index if event.session_id else None,
                     "actor": event.actor,
                     "created_at": event.created_at.isoformat(),
                     "payload": event.payload,
