@@ -27,7 +27,15 @@ from django.utils import timezone
 from agents import eventlog, inputs, lifecycle, notifications, policy, sandbox, services
 from agents.eventlog import NewEvent
 from agents.jobs import enqueue
-from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
+from agents.models import (
+    Approval,
+    ApprovalStatus,
+    ApprovalSubject,
+    EventKind,
+    PauseCause,
+    Run,
+    RunStatus,
+)
 
 
 class ApprovalError(ValueError):
@@ -63,9 +71,11 @@ def request(
     seq: int,
     actor: str,
     lease_owner: str,
+    subject: str = ApprovalSubject.TOOL_CALL,
 ) -> tuple[dict[str, Approval], eventlog.Appended]:
     """Ask a person about these calls, (tool_use_id, tool, validated input, why) each: one
-    Approval per call (again for a call asked about before: the same row), one event each."""
+    Approval per call (again for a call asked about before: the same row), one event each.
+    `subject` says what they are about (a tool call, a network host, a merge conflict)."""
     timeout = run.approval_timeout_seconds or settings.SHIFTLOG["APPROVAL_TIMEOUT_SECONDS"]
     expires = timezone.now() + timedelta(seconds=timeout) if timeout else None
     created: dict[str, Approval] = {}
@@ -80,6 +90,7 @@ def request(
                     "seq": seq,
                     "tool_name": tool,
                     "tool_input": tool_input,
+                    "subject": subject,
                     "expires_at": expires,
                 },
             )
@@ -191,7 +202,7 @@ def decide(
     if edited_input is not None:
         if not approve:
             raise ApprovalError("an edit goes with an approval, not a denial")
-        if approval.tool_name == policy.NETWORK_TOOL:
+        if approval.subject == ApprovalSubject.NETWORK_HOST:
             raise ApprovalError("a network connection is allowed or denied, not edited")
         try:
             edited_input = _valid_edit(approval, edited_input)
@@ -232,7 +243,7 @@ def decide(
             actor=actor,
             session_id=approval.session_id,
         )
-        if not approve and approval.tool_name == policy.NETWORK_TOOL:
+        if not approve and approval.subject == ApprovalSubject.NETWORK_HOST:
             # Denying a host denies it for the run: the agent is not asked about it again.
             services.add_rule(
                 approval.run_id,
@@ -337,6 +348,7 @@ def expire_due(now=None) -> list[int]:
                     RunStatus.PAUSED,
                     actor="harness",
                     reason=f"approval {approval.pk} ({approval.tool_name}) expired; resume to go on without it",
+                    cause=PauseCause.APPROVAL_EXPIRED,
                 )
             expired.append(approval.pk)
     return expired

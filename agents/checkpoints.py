@@ -41,6 +41,7 @@ from agents.models import (
     EndReason,
     Event,
     EventKind,
+    PauseCause,
     ResumeState,
     Run,
     RunStatus,
@@ -449,6 +450,7 @@ def _pause_to_rewind(run: Run, checkpoint: Checkpoint, actor: str) -> None:
             actor=actor,
             reason=f"paused by {actor} to rewind to checkpoint {checkpoint.number}",
             notify=False,
+            cause=PauseCause.REWIND,
         )
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import eventlog, fleets, jobs, notifications
-from agents.models import EventKind, Run, RunStatus
+from agents.models import EventKind, PauseCause, Run, RunStatus
 
 S = RunStatus
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -52,13 +52,14 @@ def transition(
     session_id: int | None = None,
     lease_owner: str | None = None,
     notify: bool = True,
+    cause: str = "",
 ) -> Run:
     """Move a run to `target`, or raise IllegalTransition.
 
     `expect` narrows the states the caller is prepared to move from (a worker finishing
     verification expects `verifying`; if a person cancelled meanwhile, that must win).
     `notify=False` sends no webhook (a rewind pauses the run on its way, nobody asked for a
-    pause).
+    pause). `cause` says why a run is paused (PauseCause; the harness's, when not given).
     """
     with transaction.atomic():
         # select_for_update locks the row on PostgreSQL; on SQLite the IMMEDIATE transaction
@@ -69,6 +70,7 @@ def transition(
             raise IllegalTransition(run_id, current, target)
         now = timezone.now()
         fields = {"status": target, "status_reason": reason, "updated_at": now}
+        fields["pause_cause"] = (cause or PauseCause.HARNESS) if target == S.PAUSED else ""
         if target == S.RUNNING and run.started_at is None:
             fields["started_at"] = now
         if target in TERMINAL:
@@ -77,7 +79,12 @@ def transition(
         eventlog.append(
             run_id,
             EventKind.RUN_STATUS,
-            {"from": current, "to": target, "reason": reason},
+            {
+                "from": current,
+                "to": target,
+                "reason": reason,
+                **({"cause": fields["pause_cause"]} if target == S.PAUSED else {}),
+            },
             actor=actor,
             session_id=session_id,
             lease_owner=lease_owner,
@@ -117,7 +124,7 @@ def cascade(
         moves = {
             "pause": child.is_live and child.status != S.PAUSED,
             "cancel": child.is_live,
-            "resume": child.status == S.PAUSED and child.status_reason.startswith(CASCADE_PAUSE),
+            "resume": child.status == S.PAUSED and child.pause_cause == PauseCause.FLEET,
         }
         if not moves[action]:
             continue
@@ -129,7 +136,7 @@ def cascade(
                     child.pk, EventKind.FLEET_CASCADE, {"action": action, "cause": cause},
                     actor=actor,
                 )  # fmt: skip
-                transition(child.pk, target, actor=actor, reason=reason)
+                transition(child.pk, target, actor=actor, reason=reason, cause=PauseCause.FLEET)
                 if target == S.QUEUED:
                     jobs.enqueue(child.pk)
         except IllegalTransition:

@@ -35,6 +35,22 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class PauseCause(models.TextChoices):
+    """Why a paused run is paused: what may resume it, and who is to act."""
+
+    PERSON = "person"  # a person paused it (resume_run)
+    BUDGET = "budget"  # a budget ran out: raise it, then resume
+    FLEET = "fleet"  # its fleet's parent was paused: resuming the parent resumes it
+    REWIND = "rewind"  # stopped between steps to be rewound
+    STORE_DOWN = "store_down"  # the blob store did not answer: the reaper resumes it
+    DISK_FULL = "disk_full"
+    APPROVAL_EXPIRED = "approval_expired"
+    PROVIDER = "provider"  # the model's API refused for now (rate, overload, credit)
+    UNISOLATED = "unisolated"  # this worker cannot isolate commands
+    LIMIT = "limit"  # a limit of the run (its workspace cap, what it may ask)
+    HARNESS = "harness"  # anything else the harness stopped it for
+
+
 LIVE_STATUSES = frozenset(
     {
         RunStatus.QUEUED,
@@ -171,6 +187,8 @@ class Run(models.Model):
 
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
+    # Paused: why (PauseCause), as a field; the reason above is the words for people.
+    pause_cause = models.CharField(max_length=20, choices=PauseCause.choices, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -647,6 +665,14 @@ class ApprovalStatus(models.TextChoices):
     DISCARDED = "discarded"
 
 
+class ApprovalSubject(models.TextChoices):
+    """What a person is asked about."""
+
+    TOOL_CALL = "tool_call", "a tool call"
+    NETWORK_HOST = "network_host", "a network host"  # tool_input: {host, port}
+    MERGE_CONFLICT = "merge_conflict", "a merge conflict"  # tool_input: {run_id, choose, ...}
+
+
 class ApprovalQuerySet(models.QuerySet):
     def pending(self) -> ApprovalQuerySet:
         return self.filter(status=ApprovalStatus.PENDING)
@@ -659,6 +685,10 @@ class Approval(models.Model):
     tool_use_id = models.CharField(max_length=100)
     tool_name = models.CharField(max_length=100)
     tool_input = models.JSONField(default=dict)
+    # What it is about, as a field: never read from the tool's name.
+    subject = models.CharField(
+        max_length=20, choices=ApprovalSubject.choices, default=ApprovalSubject.TOOL_CALL
+    )
     status = models.CharField(
         max_length=20, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
     )

@@ -28,6 +28,7 @@ from agents.models import (
     LIVE_STATUSES,
     Event,
     EventKind,
+    PauseCause,
     Provider,
     Run,
     RunStatus,
@@ -84,15 +85,12 @@ def reap(now=None) -> list[int]:
     return requeued
 
 
-STORE_DOWN = blobstore.UNREACHABLE
-
-
 def resume_when_store_is_back() -> list[int]:
     """Runs paused because the blob store could not be reached resume once it answers again."""
     waiting = list(
-        Run.objects.filter(
-            status=RunStatus.PAUSED, status_reason__startswith=STORE_DOWN
-        ).values_list("pk", flat=True)
+        Run.objects.filter(status=RunStatus.PAUSED, pause_cause=PauseCause.STORE_DOWN).values_list(
+            "pk", flat=True
+        )
     )
     if not waiting:
         return []

@@ -31,7 +31,16 @@ from agents import (
     workspaces,
 )
 from agents.jobs import enqueue
-from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
+from agents.models import (
+    EventKind,
+    PauseCause,
+    Provider,
+    Run,
+    RunScript,
+    RunStatus,
+    Session,
+    SessionStatus,
+)
 from agents.providers.scripted import builtin_script
 from agents.runspec import RunSpec
 
@@ -264,7 +273,11 @@ def pause_run(run_id: int, *, actor: str, reason: str = "") -> Run:
         raise RunError(f"run {run_id} is already paused")
     try:
         run = lifecycle.transition(
-            run_id, RunStatus.PAUSED, actor=actor, reason=reason or f"paused by {actor}"
+            run_id,
+            RunStatus.PAUSED,
+            actor=actor,
+            reason=reason or f"paused by {actor}",
+            cause=PauseCause.PERSON,
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None

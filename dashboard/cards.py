@@ -10,7 +10,7 @@ import json
 from django.template.loader import render_to_string
 
 from agents import approvals, workspaces
-from agents.models import Approval
+from agents.models import Approval, ApprovalSubject
 from dashboard import access
 from dashboard.markup import diff_lines
 
@@ -71,7 +71,7 @@ def call_diff(approval: Approval) -> str:
     args = approval.tool_input or {}
     if approval.tool_name == "bash":
         return f"+ $ {args.get('command', '')}"
-    if approval.tool_name == "network":
+    if approval.subject == ApprovalSubject.NETWORK_HOST:
         return f"+ connect to {args.get('host', '')}:{args.get('port', '')}"
     path = str(args.get("path", ""))
     if approval.tool_name == "edit_file":

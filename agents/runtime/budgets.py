@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from agents import fleets, isolation
 from agents.eventlog import NewEvent
 from agents.isolation import MIB
-from agents.models import EventKind, Run, RunStatus
+from agents.models import EventKind, PauseCause, Run, RunStatus
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 
 BUDGET_WARNING_AT = 0.8
@@ -69,6 +69,10 @@ class Budgets:
         """Pause the run with the reason; the slice ends."""
         s = self.s
         s.append(NewEvent(EventKind.BUDGET_EXCEEDED, {"reason": reason}, actor=s.owner))
-        s.transition(RunStatus.PAUSED, reason=f"budget: {reason}; raise it and resume")
+        s.transition(
+            RunStatus.PAUSED,
+            reason=f"budget: {reason}; raise it and resume",
+            cause=PauseCause.BUDGET,
+        )
         s.suspend_session()
         raise SliceOver(SliceResult.PAUSED)

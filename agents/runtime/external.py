@@ -25,6 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents import inputs, leases, sandbox, workspaces
+from agents.decision_words import refusal
 from agents.fleet_spawn import SpawnError
 from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
@@ -314,9 +315,7 @@ def _answer(call: ExternalCall, decision: str) -> dict[str, Any]:
     run_to = (approval.edited_input if approval and approval.edited_input else None) or call.input
     reason = call.reason
     if approval is not None and approval.status != ApprovalStatus.PENDING:
-        reason = approval.comment or (
-            "nobody decided in time (expired)" if approval.status == ApprovalStatus.EXPIRED else ""
-        )
+        reason = refusal(approval)
     return {
         "id": call.tool_use_id,
         "decision": decision,

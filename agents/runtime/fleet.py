@@ -33,6 +33,7 @@ from agents.fleet_models import MergeState as M
 from agents.models import (
     Approval,
     ApprovalStatus,
+    ApprovalSubject,
     Checkpoint,
     CheckpointKind,
     Event,
@@ -270,6 +271,7 @@ class Fleet:
             seq=s.known_seq,
             actor=s.owner,
             lease_owner=s.owner,
+            subject=ApprovalSubject.MERGE_CONFLICT,
         )
         s.absorb(appended)
         return next(iter(created.values()))
@@ -281,8 +283,8 @@ class Fleet:
             approval = (
                 Approval.objects.filter(
                     run_id=s.run_id,
-                    tool_name=CONFLICT_TOOL,
-                    tool_use_id__endswith=f"/merge/{row.child_id}",
+                    subject=ApprovalSubject.MERGE_CONFLICT,
+                    tool_input__run_id=row.child_id,
                 )
                 .exclude(status=ApprovalStatus.PENDING)
                 .order_by("-pk")

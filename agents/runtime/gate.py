@@ -9,13 +9,13 @@ decided the run is queued again, and the next slice finds the decisions here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
 from agents import approvals, policy, protected_paths, sandbox
+from agents.decision_words import approval_note, refusal
 from agents.models import Approval, ApprovalStatus, Checkpoint, CheckpointKind, Run, RunStatus
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 
@@ -134,11 +134,7 @@ class Gate:
             return Cleared(
                 approval.edited_input or call.tool_input, approval, approval_note(approval)
             )
-        reason = (
-            "nobody decided in time (expired)"
-            if approval.status == ApprovalStatus.EXPIRED
-            else approval.comment
-        )
+        reason = refusal(approval)
         s.record_result(
             call.block,
             sandbox.ToolResult(
@@ -173,16 +169,3 @@ class Gate:
             )
         s.suspend_session()
         raise SliceOver(SliceResult.AWAITING)
-
-
-def approval_note(approval: Approval) -> str:
-    """What the agent is told of a person's approval: an edit, a comment."""
-    note = ""
-    if approval.edited_input is not None:
-        note = (
-            f"A person ({approval.decided_by}) edited this call before approving it. "
-            f"What ran: {json.dumps(approval.edited_input)}"
-        )
-    if approval.comment:
-        note += ("\n" if note else "") + f"Their comment: {approval.comment}"
-    return note

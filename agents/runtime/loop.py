@@ -32,6 +32,7 @@ from agents.models import (
     EndReason,
     Event,
     EventKind,
+    PauseCause,
     Run,
     RunStatus,
     Session,
@@ -125,7 +126,7 @@ class Driver:
             log.info("run %s: %s; ending the slice", self.run_id, e)
             return SliceResult.of_status(e.current)
         except BlobStoreUnavailable as e:
-            return self._pause(str(e))
+            return self._pause(str(e), PauseCause.STORE_DOWN)
         except OSError as e:
             if e.errno not in DISK_FULL:
                 raise
@@ -170,7 +171,7 @@ class Driver:
         s, run = self.slice, self.run_obj
         refusal = isolation.refusal()
         if refusal:
-            s.transition(RunStatus.PAUSED, reason=refusal)
+            s.transition(RunStatus.PAUSED, reason=refusal, cause=PauseCause.UNISOLATED)
             raise SliceOver(SliceResult.PAUSED)
         if run.isolation != s.isolation:
             run.isolation = s.isolation
@@ -193,11 +194,13 @@ class Driver:
                 )
             )
 
-    def _pause(self, reason: str) -> SliceResult:
+    def _pause(self, reason: str, cause: str) -> SliceResult:
         """Pause the run for what a person or the reaper must see to (the store is down)."""
         log.warning("run %s: %s", self.run_id, reason)
         try:
-            self.slice.transition(RunStatus.PAUSED, reason=reason, expect={RunStatus.RUNNING})
+            self.slice.transition(
+                RunStatus.PAUSED, reason=reason, expect={RunStatus.RUNNING}, cause=cause
+            )
         except IllegalTransition as e:
             return SliceResult.of_status(e.current)
         return SliceResult.PAUSED
@@ -208,12 +211,7 @@ class Driver:
         for a person, who resumes it once there is room (found by bench/chaos.py)."""
         where = f" ({error.filename})" if error.filename else ""
         reason = f"the disk is full{where}: {error.strerror}; resume the run once there is room"
-        log.warning("run %s: %s", self.run_id, reason)
-        try:
-            self.slice.transition(RunStatus.PAUSED, reason=reason, expect={RunStatus.RUNNING})
-        except IllegalTransition as e:
-            return SliceResult.of_status(e.current)
-        return SliceResult.PAUSED
+        return self._pause(reason, PauseCause.DISK_FULL)
 
     def _finished_before_it_died(self) -> Session | None:
         """The session that ended as finished when the checks passed and the worker died before

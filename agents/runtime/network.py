@@ -20,7 +20,8 @@ from typing import Any
 from django.conf import settings
 
 from agents import approvals, policy
-from agents.models import Approval, ApprovalStatus, Event, EventKind
+from agents.decision_words import refusal
+from agents.models import Approval, ApprovalStatus, ApprovalSubject, Event, EventKind
 from agents.runtime.slice import Slice
 from agents.sandbox.egress import EgressProxy
 
@@ -107,6 +108,7 @@ class Network:
             seq=s.known_seq,
             actor=s.owner,
             lease_owner=s.owner,
+            subject=ApprovalSubject.NETWORK_HOST,
         )
         s.absorb(appended)
         return list(created.values())
@@ -122,7 +124,7 @@ class Network:
             ).values_list("payload__approval_id", flat=True)
         )
         decided = (
-            Approval.objects.filter(run_id=s.run_id, tool_name=policy.NETWORK_TOOL)
+            Approval.objects.filter(run_id=s.run_id, subject=ApprovalSubject.NETWORK_HOST)
             .exclude(status=ApprovalStatus.PENDING)
             .exclude(pk__in=told)
             .order_by("pk")
@@ -153,8 +155,8 @@ def _decision_text(approval: Approval, target: str, rules: list[dict[str, Any]])
             f"A person allowed connections to {target} {span}. Run the command that needed it "
             "again."
         )
-    reason = approval.comment or approval.status
+    reason = refusal(approval)
     return (
-        f"Connections to {target} were not allowed ({approval.status}: {reason}). Carry on "
+        f"Connections to {target} were not allowed ({reason}). Carry on "
         "without it."
     )

@@ -299,13 +299,16 @@ class Slice:
         self.conv.add_text(appended.events[0].seq, text)
 
     # --- status -------------------------------------------------------------------------
-    def transition(self, target: str, *, reason: str = "", expect: set[str] | None = None) -> None:
+    def transition(
+        self, target: str, *, reason: str = "", expect: set[str] | None = None, cause: str = ""
+    ) -> None:
         """A status change caused by this worker, checked against its lease."""
         lifecycle.transition(
             self.run_id,
             target,
             actor=self.owner,
             reason=reason,
+            cause=cause,
             expect=expect,
             session_id=self.session_id,
             lease_owner=self.owner,

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from agents import eventlog, sandbox
 from agents.eventlog import LeaseLost, NewEvent
-from agents.models import EndReason, EventKind, Run, RunStatus
+from agents.models import EndReason, EventKind, PauseCause, Run, RunStatus
 from agents.providers import pricing
 from agents.providers.base import ProviderCrashed, ProviderError, Turn, TurnRequest
 from agents.runtime import prompts
@@ -80,7 +80,7 @@ class Turns:
             s.transition(RunStatus.FAILED, reason=e.message)
             self.sessions.end(EndReason.FAILED)
             raise SliceOver(SliceResult.FAILED) from e
-        s.transition(RunStatus.PAUSED, reason=e.message)
+        s.transition(RunStatus.PAUSED, reason=e.message, cause=PauseCause.PROVIDER)
         s.suspend_session()
         raise SliceOver(SliceResult.PAUSED) from e
 
