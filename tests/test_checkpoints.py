@@ -16,7 +16,6 @@ from agents import checkpoints, services, workspaces
 from agents.blobstore import BlobStore
 from agents.branches import abandoned, in_ranges
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus, WebhookDelivery
-from agents.runspec import RunSpec
 from agents.runtime.conversation import INTERRUPTED
 from tests.conftest import (
     approve_pending,
@@ -24,7 +23,6 @@ from tests.conftest import (
     drive_until_idle,
     finish_turn,
     make_run,
-    script,
 )
 from tests.procs import dump_events, wait_for
 
@@ -244,46 +242,7 @@ def test_fork_makes_an_independent_run_and_the_store_grows_only_by_new_blobs(dec
 
 
 # What a run is, as against what it did: a fork starts with every one of these as its origin's.
-RUN_STATE = {
-    "id", "status", "status_reason", "created_by", "created_at", "updated_at", "started_at",
-    "finished_at", "isolation", "resume_state", "branch_seq", "head_checkpoint", "forked_from",
-    "turns", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-    "cost_usd", "cost_estimated", "active_seconds", "budget_warnings", "last_seq", "lease_owner",
-    "lease_expires_at", "lease_renewals", "lease_expiries", "enqueued_at", "last_contact_at",
-    "schedule", "trigger", "parent", "depth", "wake_at", "workspace_tree",
-}  # fmt: skip
-
-
-def test_a_fork_keeps_every_setting_of_its_origin(db):
-    run = services.create_run(
-        RunSpec(
-            goal="settings travel",
-            checks=["true"],
-            script=script(finish_turn()),
-            rubric="tidy",
-            max_sessions=7,
-            max_tokens=12345,
-            max_cost_usd=3.5,
-            max_turns_per_session=9,
-            tool_policy=[{"tool": "bash", "pattern": "curl", "action": "ask"}],
-            approval_timeout_seconds=600,
-            limits={"memory_mb": 700},
-            protected_paths=["tests/"],
-            protected_action="ask",
-            acceptance=[{"name": "passes", "check": "true"}],
-            project="alpha",
-            fleet_conflicts="person",
-        )
-    )
-    run = drive_until_idle(run)
-    fork = checkpoints.fork(run.pk, run.checkpoints.first().pk, actor="user:dana")
-    settings = [f.name for f in Run._meta.concrete_fields if f.name not in RUN_STATE]
-    assert {"fleet_conflicts", "project", "limits", "tool_policy"} <= set(settings)
-    differ = [f for f in settings if f != "acceptance" and getattr(fork, f) != getattr(run, f)]
-    assert differ == []
-    # The criteria, each not yet met again: whether one passes is what the fork finds out.
-    assert [{**c, "passing": False} for c in run.acceptance] == fork.acceptance
-    assert fork.fleet_conflicts == "person"
+# A fork keeps every setting of its origin: tests/test_runspec.py.
 
 
 def test_diff_between_checkpoints_and_against_the_live_workspace(db):
