@@ -151,3 +151,84 @@ def test_no_module_or_class_is_too_big():
                 if size > MAX_CLASS_LINES:
                     too_big.append(f"class {name}.{node.name}: {size} lines")
     assert too_big == []
+
+
+# --- one writer per attribute of a slice (agents/runtime/slice.py: OWNERS) ---------------------
+RUNTIME = ROOT / "agents" / "runtime"
+SLICE_NAMES = {"s", "self.s", "self.slice", "h.s", "slice"}
+
+
+def slice_writes(source: str, module: str) -> list[tuple[str, str, int]]:
+    """(module, attribute, line) for every assignment to an attribute of a slice: `s.x = ...`,
+    `s.x += ...`, `s.x.update(...)` / `.clear()` / `[k] = ...`, and in slice.py `self.x = ...`
+    inside class Slice."""
+    tree = ast.parse(source)
+    names = set(SLICE_NAMES)
+    found = []
+
+    def base_attr(node: ast.AST) -> tuple[str, str] | None:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        if isinstance(node, ast.Attribute):
+            return ast.unparse(node.value), node.attr
+        return None
+
+    for cls in ast.walk(tree):
+        in_slice = isinstance(cls, ast.ClassDef) and cls.name == "Slice" and module == "slice"
+        scope = cls if in_slice else tree
+        if not in_slice and cls is not tree:
+            continue
+        for node in ast.walk(scope):
+            targets: list[ast.AST] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"update", "clear", "pop", "setdefault", "append"}
+            ):
+                targets = [node.func.value]
+            for target in targets:
+                found_attr = base_attr(target)
+                if found_attr is None:
+                    continue
+                base, attr = found_attr
+                if base in names or (in_slice and base == "self"):
+                    found.append(("slice" if in_slice else module, attr, node.lineno))
+    return found
+
+
+def test_every_attribute_of_a_slice_has_one_writer():
+    from agents.runtime.slice import OWNERS
+
+    init = ast.parse((RUNTIME / "slice.py").read_text())
+    slice_class = next(
+        n for n in ast.walk(init) if isinstance(n, ast.ClassDef) and n.name == "Slice"
+    )
+    ctor = next(n for n in slice_class.body if getattr(n, "name", "") == "__init__")
+    fixed = {
+        t.attr
+        for n in ast.walk(ctor)
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Attribute)
+    } - set(OWNERS)
+    wrong = []
+    ctor_lines = set(range(ctor.lineno, ctor.end_lineno + 1))
+    for path in sorted(RUNTIME.glob("*.py")):
+        module = path.stem
+        for where, attr, line in slice_writes(path.read_text(), module):
+            if module == "slice" and line in ctor_lines:
+                continue  # __init__ sets every attribute's first value
+            owner = OWNERS.get(attr)
+            if owner != where:
+                wrong.append(f"{path.name}:{line} assigns {attr} (owner: {owner or 'fixed'})")
+    assert wrong == []
+    assert "run" in fixed and "session" not in fixed
+
+
+def test_the_writer_rule_finds_a_second_writer():  # a positive control for the test above
+    source = "def f(s):\n    s.approvals = {}\n    s.conv.add(1)\n    s.rules.append(2)\n"
+    assert slice_writes(source, "gate") == [("gate", "approvals", 2), ("gate", "rules", 4)]

@@ -135,11 +135,11 @@ class Calls:
                 if waiting:  # a new host: a person decides, the run waits at zero compute
                     self.gate.wait(waiting[0])
             if name in checkpoints.FILE_TOOLS:
-                s.file_changes += 1
+                changes = s.file_changed()
                 every = settings.SHIFTLOG["CHECKPOINT_EVERY"]
-                if every and s.file_changes >= every:
+                if every and changes >= every:
                     s.checkpoint(
-                        CheckpointKind.PERIODIC, f"after {s.file_changes} file-changing tool calls"
+                        CheckpointKind.PERIODIC, f"after {changes} file-changing tool calls"
                     )
         elif name == "save_artifact":
             s.record_result(block, self._save_artifact(tool_input))

@@ -118,10 +118,10 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
         if (restored := workspaces.ensure_local(run)) is not None:
             s.append(s.event(EventKind.WORKSPACE_RESTORED, restored))
         budgets = Budgets(s)
-        holder: dict[str, Finish] = {}
-        sessions = Sessions(s, budgets, ratchet=lambda: holder["finish"].ratchet())
+        sessions = Sessions(s, budgets)
         turns = Turns(s, sessions)
-        finish = holder["finish"] = Finish(s, sessions, turns)
+        finish = Finish(s, sessions, turns)
+        sessions.ratchet_with(finish.ratchet)
         if run.status in (RunStatus.QUEUED, RunStatus.VERIFYING):
             s.transition(
                 RunStatus.RUNNING,
@@ -130,12 +130,11 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
                 else "the checks were interrupted; the agent continues",
                 expect={run.status},
             )
-            s.status = RunStatus.RUNNING
         try:
             sessions.open()
         except SliceOver:
             raise ExternalError(f"run {run_id} is {status_of(run_id).replace('_', ' ')}") from None
-        yield Harness(s, budgets, sessions, turns, finish, Gate(s))
+        yield Harness(s, budgets, sessions, turns, finish, Gate(s, sessions))
     except IllegalTransition as e:
         raise ExternalError(str(e)) from None
     finally:
@@ -256,10 +255,10 @@ def turn(
         if model and model != s.run.model:  # the agent's model is whatever it says it uses
             Run.objects.filter(pk=run_id).update(model=model)
             s.run.model = model
-        s.context_seq = s.known_seq
         content = [{"type": "text", "text": text}] if text else []
         h.turns.record(
-            Turn(content=content, stop_reason="external", usage=usage, model=model or s.run.model)
+            Turn(content=content, stop_reason="external", usage=usage, model=model or s.run.model),
+            context_seq=s.known_seq,
         )
         seq = s.known_seq
         # Paused at a cap, or the harness wrote the handoff: the run's status says which.
@@ -353,7 +352,7 @@ def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str,
         s, gate = h.s, h.gate
         name, as_ours = _as_ours(tool, tool_input)
         if name != tool:  # a rule may name the agent's own tool ("Bash"): it means ours
-            s.rules = [{**r, "tool": name} if r["tool"] == tool else r for r in s.rules]
+            s.read_tool_as(tool, name)
         decision = gate.decide(name, as_ours)
         call = ExternalCall.objects.create(
             run_id=run_id,

@@ -17,6 +17,7 @@ from django.db import transaction
 from agents import approvals, policy, protected_paths, sandbox
 from agents.decision_words import approval_note, refusal
 from agents.models import Approval, ApprovalStatus, Checkpoint, CheckpointKind, Run, RunStatus
+from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 
 
@@ -54,8 +55,9 @@ class Cleared:
 
 
 class Gate:
-    def __init__(self, s: Slice) -> None:
+    def __init__(self, s: Slice, sessions: Sessions) -> None:
         self.s = s
+        self.sessions = sessions
 
     def plan(self, blocks: list[dict[str, Any]]) -> list[GatedCall]:
         """Validate each call once and ask the policy once (a call a person was asked about
@@ -104,7 +106,7 @@ class Gate:
             lease_owner=s.owner,
         )
         s.absorb(appended)
-        s.approvals.update(created)
+        self.sessions.asked(created)
         for c in asks:
             c.approval = created[c.id]
 

@@ -86,16 +86,17 @@ class Driver:
         started = time.monotonic()
         deadline = started + (max_seconds or settings.SHIFTLOG["SLICE_SECONDS"])
         self.run_obj = Run.objects.get(pk=run_id)
-        s = self.slice = Slice(self.run_obj, owner, deadline, started=started)
+        # This slice joins its deferred work before it ends (run).
+        s = self.slice = Slice(self.run_obj, owner, deadline, started=started, may_defer=True)
         self.budgets = Budgets(s)
-        # The ratchet (Finish) runs at handoffs (Sessions), and finishing ends the session.
-        self.sessions = Sessions(s, self.budgets, ratchet=lambda: self.finish.ratchet())
+        self.sessions = Sessions(s, self.budgets)
         self.turns = Turns(s, self.sessions)
         self.finish = Finish(s, self.sessions, self.turns)
-        self.gate = Gate(s)
+        # The ratchet (Finish) runs at handoffs (Sessions), and finishing ends the session.
+        self.sessions.ratchet_with(self.finish.ratchet)
+        self.gate = Gate(s, self.sessions)
         self.network = Network(s, s.isolation)
         self.calls = Calls(s, self.gate, self.sessions, self.finish, self.network)
-        s.may_defer = True  # this slice joins its deferred work before it ends (run)
 
     def run(self) -> SliceResult:
         if finished := self._finished_before_it_died():
@@ -223,7 +224,7 @@ class Driver:
 
     def _complete_success(self, session: Session) -> SliceResult:
         s = self.slice
-        s.session = session
+        self.sessions.adopt(session)
         ended = (
             Event.objects.filter(run_id=self.run_id, kind=EventKind.SESSION_ENDED)
             .order_by("-seq")
@@ -256,7 +257,6 @@ class Driver:
             except IllegalTransition:
                 return False
             run.refresh_from_db()
-            self.slice.status = run.status
         return run.status == RunStatus.RUNNING
 
     def _step(self) -> None:
@@ -284,6 +284,6 @@ class Driver:
                 reason="nudge",
             )
         # Decisions of the previous turn's calls are of no use to this one's.
-        s.approvals = {}
+        self.sessions.forget_approvals()
         self.calls.run(calls, first_called=first_ready, first_done=read is not None)
         self.sessions.stop_unless_running()

@@ -156,7 +156,4 @@ def _decision_text(approval: Approval, target: str, rules: list[dict[str, Any]])
             "again."
         )
     reason = refusal(approval)
-    return (
-        f"Connections to {target} were not allowed ({reason}). Carry on "
-        "without it."
-    )
+    return f"Connections to {target} were not allowed ({reason}). Carry on without it."

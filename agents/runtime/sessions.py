@@ -42,17 +42,35 @@ HANDOFF_GRACE_TURNS = 2
 
 
 class Sessions:
-    def __init__(
-        self,
-        s: Slice,
-        budgets: Budgets,
-        ratchet: Callable[[], Callable[[Checkpoint], None] | None],
-    ) -> None:
+    """Owns the open session's state on the slice (session, conv, handoff_asked_at, approvals,
+    previous_meta: slice.OWNERS); the other parts change it through the methods below."""
+
+    def __init__(self, s: Slice, budgets: Budgets) -> None:
         self.s = s
         self.budgets = budgets
         # Runs the checks at a handoff (the ratchet's reading at that checkpoint), or returns
-        # them to run beside the next session's start (Finish.ratchet).
+        # them to run beside the next session's start: Finish.ratchet, given by ratchet_with.
+        self.ratchet: Callable[[], Callable[[Checkpoint], None] | None] = lambda: None
+
+    def ratchet_with(self, ratchet: Callable[[], Callable[[Checkpoint], None] | None]) -> None:
         self.ratchet = ratchet
+
+    # --- the session state others change ------------------------------------------------
+    def adopt(self, session: Session) -> None:
+        """Work on `session` (a finished one whose success is being completed)."""
+        self.s.session = session
+
+    def asked(self, created: dict[str, Approval]) -> None:
+        """Approvals just requested for calls of the open turn, by tool_use_id."""
+        self.s.approvals = {**self.s.approvals, **created}
+
+    def forget_approvals(self) -> None:
+        """Decisions of the previous turn's calls are of no use to the next one's."""
+        self.s.approvals = {}
+
+    def turn_taken(self, meta: dict[str, Any]) -> None:
+        """The provider's place after a turn (a rewind or fork moves it back)."""
+        self.s.previous_meta = meta
 
     # --- opening ------------------------------------------------------------------------
     def open(self) -> None:
@@ -73,7 +91,7 @@ class Sessions:
         s = self.s
         s.session = self._start()
         s.conv = Conversation.from_events([self._started])
-        s.file_changes = 0
+        s.count_file_changes(0)
         s.handoff_asked_at = None
         s.approvals = {}
 
@@ -188,19 +206,21 @@ class Sessions:
         )
         events = sorted(rows + orphans, key=lambda row: row[0])
         if events:
-            s.known_seq = max(s.known_seq, events[-1][0])
+            s.read_up_to(events[-1][0])
         s.conv = Conversation.from_events(events)
         s.previous_meta = checkpoints.provider_meta(s.run)
-        s.file_changes = Event.objects.filter(
-            run_id=s.run_id,
-            kind=EventKind.TOOL_CALL,
-            payload__name__in=list(checkpoints.FILE_TOOLS),
-            seq__gt=Checkpoint.objects.filter(run_id=s.run_id)
-            .order_by("-seq")
-            .values_list("seq", flat=True)
-            .first()
-            or 0,
-        ).count()
+        s.count_file_changes(
+            Event.objects.filter(
+                run_id=s.run_id,
+                kind=EventKind.TOOL_CALL,
+                payload__name__in=list(checkpoints.FILE_TOOLS),
+                seq__gt=Checkpoint.objects.filter(run_id=s.run_id)
+                .order_by("-seq")
+                .values_list("seq", flat=True)
+                .first()
+                or 0,
+            ).count()
+        )
         session.refresh_from_db()
         open_ids = [b["id"] for b in s.conv.open_tool_uses]
         s.approvals = {

@@ -127,8 +127,23 @@ class SliceOver(Exception):
         self.result = result
 
 
+# Who assigns each attribute of a Slice: the slice itself (through its methods), or the one part
+# of the runtime that owns it; every other part asks that owner. The attributes set in __init__
+# and never again are the slice's fixed context. tests/test_architecture.py holds the rule.
+OWNERS = {
+    "session": "sessions", "conv": "sessions", "handoff_asked_at": "sessions",
+    "approvals": "sessions", "previous_meta": "sessions",
+    "context_seq": "turns",
+    "rules": "slice", "status": "slice", "known_seq": "slice", "workspace_tree": "slice",
+    "workspace_bytes": "slice", "file_changes": "slice", "last_heartbeat": "slice",
+    "_deferred": "slice", "_deferred_session": "slice",
+}  # fmt: skip
+
+
 class Slice:
-    def __init__(self, run: Run, owner: str, deadline: float, *, started: float) -> None:
+    def __init__(
+        self, run: Run, owner: str, deadline: float, *, started: float, may_defer: bool = False
+    ) -> None:
         self.run = run
         # How this worker contains the run's commands, and with what (agents/isolation.py).
         self.isolation = isolation.isolation()
@@ -162,7 +177,7 @@ class Slice:
         self.last_heartbeat = 0.0
         # Work a worker's slice may run beside its next steps (defer): off where the slice is
         # one call of an external agent, which outlives no thread.
-        self.may_defer = False
+        self.may_defer = may_defer
         self._driver = threading.current_thread()
         self._deferred: Future | None = None
         self._deferred_session: int | None = None
@@ -313,6 +328,7 @@ class Slice:
             session_id=self.session_id,
             lease_owner=self.owner,
         )
+        self.status = target
 
     def suspend_session(self) -> None:
         if self.session is not None:
@@ -373,6 +389,23 @@ class Slice:
         self.workspace_bytes = checkpoint.bytes_total
         self.workspace_tree = checkpoint.tree
         return checkpoint
+
+    def file_changed(self) -> int:
+        """A file-changing tool call ran: how many since the last checkpoint."""
+        self.file_changes += 1
+        return self.file_changes
+
+    def count_file_changes(self, count: int) -> None:
+        """The file-changing calls since the last checkpoint, as a session (re)opens."""
+        self.file_changes = count
+
+    def read_up_to(self, seq: int) -> None:
+        """What the slice has read of the log reaches `seq` (a session rebuilt from it)."""
+        self.known_seq = max(self.known_seq, seq)
+
+    def read_tool_as(self, tool: str, ours: str) -> None:
+        """Rules naming an agent's own tool (`Bash`) mean ours (`bash`) for this slice."""
+        self.rules = [{**r, "tool": ours} if r["tool"] == tool else r for r in self.rules]
 
     def store_artifact(
         self, name: str, kind: str, data: bytes, mime: str | None = None

@@ -90,12 +90,16 @@ class Turns:
         *,
         first_call: NewEvent | None = None,
         first_result: tuple[dict[str, Any], sandbox.ToolResult] | None = None,
+        context_seq: int | None = None,
     ) -> None:
         """The turn, its usage and (when nothing stands in its way) its first call's tool.call,
         in one transaction with the run's and the session's counters; and with them the first
         call's result when that call only reads (`first_result`: its block and result; see
-        `Calls.read_first`), so such a step is one transaction."""
+        `Calls.read_first`), so such a step is one transaction. `context_seq`: the log's seq
+        its request saw, when the turn was not asked for here (an external agent's)."""
         s, usage = self.s, turn.usage
+        if context_seq is not None:
+            s.context_seq = context_seq
         priced = pricing.cost(turn.model, usage)
         cost = priced.usd
         payload = {
@@ -138,7 +142,7 @@ class Turns:
             setattr(s.run, name, getattr(s.run, name) + value)
             setattr(s.session, name, getattr(s.session, name) + value)
         s.session.last_input_tokens = context_tokens
-        s.previous_meta = turn.meta
+        self.sessions.turn_taken(turn.meta)
         s.conv.add_assistant(turn.content, context_seq=s.context_seq)
         if first_call is not None:
             s.conv.add_tool_call(first_call.payload["tool_use_id"])
