@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from agents import eventlog
 from agents.models import Run, RunStatus, Session
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 
 def child_of(parent: Run, *, goal: str = "a child's piece", created_by=None, **usage) -> Run:

@@ -6,7 +6,7 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from agents.models import Event, RunScript, RunStatus
-from tests.conftest import drive_until_idle, finish_turn, make_run
+from tests.helpers import drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from agents import services
 from agents.models import Approval, Event, Run
 from agents.runspec import RunSpec
 from api.models import ApiToken
-from tests.conftest import drive_until_idle
+from tests.helpers import drive_until_idle
 
 pytestmark = pytest.mark.django_db
 
@@ -316,7 +316,7 @@ def test_pause_resume_note_cancel_log_the_user(owner):
 # --- events, checkpoints, artifacts, approvals ------------------------------------------------
 @pytest.fixture
 def finished(owner, decider):
-    from tests.conftest import demo_to_success
+    from tests.helpers import demo_to_success
 
     run = demo_to_success(decider)
     Run.objects.filter(pk=run.pk).update(created_by=owner)

@@ -11,7 +11,7 @@ from django.test import Client
 
 from agents.models import Approval, Event, ExternalCall, Run
 from api.models import ApiToken
-from tests.conftest import user_with
+from tests.helpers import user_with
 
 pytestmark = pytest.mark.django_db
 

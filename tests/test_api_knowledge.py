@@ -26,7 +26,7 @@ def put(c, url, body):
 
 def test_sessions_carry_their_wake_up(owner, decider):
     from agents.models import Run
-    from tests.conftest import demo_to_success
+    from tests.helpers import demo_to_success
 
     run = demo_to_success(decider)
     Run.objects.filter(pk=run.pk).update(created_by=owner)

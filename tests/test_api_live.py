@@ -17,8 +17,8 @@ import pytest
 
 from agents.models import Event, Run
 from agents.runspec import RunSpec
-from tests.conftest import user_with
 from tests.e2e.helpers import serving
+from tests.helpers import user_with
 from tests.procs import Procs, dying_with_us
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]

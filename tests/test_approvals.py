@@ -20,7 +20,7 @@ from agents import policy, reaper, services, tasks
 from agents.approvals import ApprovalError, NotAllowed, can_decide, decide
 from agents.models import Approval, Event, Run, RunStatus, WebhookDelivery
 from agents.runtime.loop import drive
-from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
+from tests.helpers import approve_pending, call, drive_until_idle, finish_turn, make_run
 from tests.procs import dump_events, wait_for
 
 pytestmark = pytest.mark.django_db

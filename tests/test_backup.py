@@ -15,7 +15,7 @@ from django.db import connection
 
 from agents import services
 from agents.models import Event, Run
-from tests.conftest import approve_pending, drive_until_idle
+from tests.helpers import approve_pending, drive_until_idle
 from tests.procs import BASE_DIR, Procs
 
 pytestmark = pytest.mark.django_db(transaction=True)

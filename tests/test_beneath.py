@@ -20,7 +20,7 @@ from agents.snapshots import Snapshots
 from agents.snapshots.beneath import open_beneath
 from agents.snapshots.diff import Differ
 from agents.snapshots.hashing import FileHasher
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 SECRET = b"TOP SECRET: the host's own file\n"
 

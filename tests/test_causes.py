@@ -8,7 +8,7 @@ import pytest
 
 from agents import approvals, reaper, services
 from agents.models import ApprovalSubject, PauseCause, Run, RunStatus
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 

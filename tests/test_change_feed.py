@@ -380,7 +380,7 @@ def test_a_worker_slice_watches_the_run_workspace(settings, monkeypatch) -> None
     incremental, and every checkpoint's tree is what a full scan finds."""
     from agents import workspaces
     from agents.models import Run
-    from tests.conftest import call, drive_until_idle, finish_turn, make_run
+    from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
     settings.SHIFTLOG = {**settings.SHIFTLOG, "CHECKPOINT_EVERY": 1}
     results = []

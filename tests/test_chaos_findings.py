@@ -16,7 +16,7 @@ from huey import RedisHuey
 from agents import checkpoints, jobs, reaper, services
 from agents.models import Event, Run, RunStatus
 from agents.runspec import RunSpec
-from tests.conftest import drive_until_idle, run_queued
+from tests.helpers import drive_until_idle, run_queued
 
 pytestmark = pytest.mark.django_db
 SCRIPT = {
@@ -177,7 +177,7 @@ def test_a_worker_that_dies_after_the_checks_passed_leaves_a_run_that_succeeds(m
     (its script had run out, so the run failed); it now completes the success."""
     from agents.runtime.loop import drive
     from agents.runtime.slice import Slice
-    from tests.conftest import finish_turn, make_run
+    from tests.helpers import finish_turn, make_run
 
     run = make_run(turns=[finish_turn()])
     real = Slice.transition
@@ -209,7 +209,7 @@ def test_a_worker_that_dies_taking_the_final_checkpoint_leaves_a_run_that_succee
     from agents.models import CheckpointKind
     from agents.runtime.loop import drive
     from agents.runtime.slice import Slice
-    from tests.conftest import finish_turn, make_run
+    from tests.helpers import finish_turn, make_run
 
     run = make_run(turns=[finish_turn()])
     real = Slice.checkpoint
@@ -243,7 +243,7 @@ def test_a_full_disk_during_a_checkpoint_pauses_the_run_with_the_reason_and_lose
 
     from agents.blobstore import Batch, BlobStore
     from agents.runtime.loop import drive
-    from tests.conftest import call, finish_turn, make_run
+    from tests.helpers import call, finish_turn, make_run
 
     settings.SHIFTLOG = {**settings.SHIFTLOG, "CHECKPOINT_EVERY": 1}
     run = make_run(

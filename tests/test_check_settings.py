@@ -13,7 +13,7 @@ import pytest
 from agents import check_settings, services
 from agents.models import Artifact, Event, RunStatus
 from agents.sandbox import isolation_available
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = [
     pytest.mark.django_db,

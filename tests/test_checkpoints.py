@@ -17,7 +17,7 @@ from agents.blobstore import BlobStore
 from agents.branches import abandoned, in_ranges
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus, WebhookDelivery
 from agents.runtime.conversation import INTERRUPTED
-from tests.conftest import (
+from tests.helpers import (
     approve_pending,
     call,
     drive_until_idle,

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.models import Run, RunStatus
-from tests.conftest import demo_to_success, drive_until_idle, make_run
+from tests.helpers import demo_to_success, drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -182,7 +182,7 @@ def test_pages_require_login(client):
 
 def test_tail_run_describes_verification_events_in_words(owner):
     from agents import eventlog
-    from tests.conftest import make_run
+    from tests.helpers import make_run
 
     run = make_run(created_by=owner)
     eventlog.append(run.pk, "check.regressed", {"command": "pytest -q", "passed_at_seq": 3})
@@ -218,7 +218,7 @@ def test_tail_run_describes_verification_events_in_words(owner):
 @pytest.mark.django_db(transaction=True)
 def test_tail_run_follow_prints_events_appended_after_it_started_until_the_run_ends(procs):
     from agents import services
-    from tests.conftest import make_run
+    from tests.helpers import make_run
     from tests.procs import wait_for
 
     run = make_run(turns=[{"text": "x"}])  # queued: no worker drives it here

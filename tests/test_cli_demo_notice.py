@@ -15,7 +15,7 @@ from django.core.management import call_command
 
 from agents.models import Run, RunScript
 from agents.services import DEMO_GOAL
-from tests.conftest import client_for
+from tests.helpers import client_for
 from tests.procs import BASE_DIR
 
 NOTICE = (

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from agents import services
 from agents.models import Run, Schedule, Trigger
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.conftest import user_with
 from tests.e2e.helpers import serving
+from tests.helpers import user_with
 from tests.procs import BASE_DIR, Procs, dying_with_us
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from agents import checkpoints, compare, eventlog
 from agents.models import EventKind, Run
-from tests.conftest import call, client_for, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, client_for, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

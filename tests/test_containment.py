@@ -13,7 +13,7 @@ import pytest
 from agents import approvals, services
 from agents.models import Approval, Event, Run, RunStatus
 from agents.sandbox import isolation_available
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 needs_bwrap = pytest.mark.skipif(
@@ -276,7 +276,7 @@ def test_an_allowed_host_needs_no_person_and_a_denied_one_is_not_asked_again(sit
 
 @needs_bwrap
 def test_allowed_for_the_run_from_the_card_adds_a_rule_for_that_host_only(site, supervisor):
-    from tests.conftest import client_for
+    from tests.helpers import client_for
 
     run = drive_until_idle(
         make_run(

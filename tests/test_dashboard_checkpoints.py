@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents import checkpoints, services
 from agents.models import Approval, Checkpoint, Event, Run
-from tests.conftest import approve_pending, client_for, drive_until_idle, make_run, run_queued
+from tests.helpers import approve_pending, client_for, drive_until_idle, make_run, run_queued
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from agents import eventlog, services
 from agents.models import Event
 from dashboard import fanout, hub, live, stream, tail
 from dashboard.routing import websocket_urlpatterns
-from tests.conftest import drive_until_idle, make_run
+from tests.helpers import drive_until_idle, make_run
 from tests.procs import Procs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]

@@ -25,7 +25,7 @@ from django.test import Client
 from agents import eventlog, services
 from agents.models import Event
 from dashboard import fanout, stream
-from tests.conftest import make_run
+from tests.helpers import make_run
 from tests.procs import Procs
 from tests.test_dashboard_consumers import as_user, receive_until, seqs
 from tests.test_serve import free_port

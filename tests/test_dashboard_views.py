@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from agents import eventlog, services
 from agents.blobstore import BlobStore
 from agents.models import Approval, Artifact, Run
-from tests.conftest import client_for, drive_until_idle, make_run
+from tests.helpers import client_for, drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 
 from agents.models import Checkpoint, Event, Run, RunStatus, Session
 from agents.runtime.loop import drive
-from tests.conftest import call, make_run
+from tests.helpers import call, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ import pytest
 from agents import checkpoints, services
 from agents.approvals import decide
 from agents.models import Approval, Event, Run, RunStatus
-from tests.conftest import approve_pending, drive_until_idle, kinds
+from tests.helpers import approve_pending, drive_until_idle, kinds
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from django.db import IntegrityError, connection, transaction
 from agents import eventlog, leases
 from agents.eventlog import LeaseLost, NewEvent
 from agents.models import Event, ImmutableEvent, Run
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_every_kind_reads_as_one_plain_line(kind, payload, expected):
 
 def test_a_nul_byte_in_a_payload_is_stored_visibly_on_every_database(db):
     from agents import eventlog
-    from tests.conftest import make_run
+    from tests.helpers import make_run
 
     run = make_run(turns=[{"text": "x"}])
     event = eventlog.append(run.pk, "tool.result", {"output": "a\x00b", "k\x00": ["\x00"]})

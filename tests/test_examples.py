@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from agents.models import Event, Run
-from tests.conftest import user_with
 from tests.e2e.helpers import serving
 from tests.fake_anthropic import FakeAnthropic
+from tests.helpers import user_with
 from tests.procs import BASE_DIR, Procs, dying_with_us
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from agents import checkpoints, export, workspaces
 from agents.blobstore import BlobStore
 from agents.snapshots import Snapshots
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 

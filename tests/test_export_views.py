@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
 from agents import checkpoints, export
-from tests.conftest import client_for, make_run
+from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from agents.models import Approval, Run, RunStatus
 from agents.runspec import RunSpec
 from dashboard import panels
 from dashboard.access import Rights
-from tests.conftest import client_for, make_run
+from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db
 

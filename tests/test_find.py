@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.models import Event
-from tests.conftest import call, client_for, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, client_for, drive_until_idle, finish_turn, make_run
 
 TURNS = [
     {"text": "Writing the notes.", "tool_calls": [call("write_file", path="n.txt", content="naïve café\n")]},

@@ -16,7 +16,7 @@ from agents.fleet_demo import create_fleet_demo_run
 from agents.management.commands.rewind_run import describe_discarded
 from agents.models import Approval, Checkpoint, Event, FleetChild, Run, RunStatus
 from agents.runtime.loop import drive
-from tests.conftest import (
+from tests.helpers import (
     approve_pending,
     call,
     client_for,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Event, FleetChild, Run
-from tests.conftest import call, drive_until_idle, finish_turn, script
+from tests.helpers import call, drive_until_idle, finish_turn, script
 from tests.test_api_external import bearer, make_external, tarball
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,8 @@ from django.test.utils import CaptureQueriesContext
 
 from agents import eventlog, services
 from agents.models import Approval, Run, RunStatus
-from tests.conftest import client_for, drive_until_idle, make_run
 from tests.fleet_runs import child_of, fleet
+from tests.helpers import client_for, drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 
 from agents.fleet_demo import create_fleet_demo_run
 from agents.models import Approval, Event, FleetChild, Run, RunStatus
-from tests.conftest import call, finish_turn, make_run, script
+from tests.helpers import call, finish_turn, make_run, script
 from tests.procs import dump_events, wait_for
 from tests.test_workers import SHORT_LEASES, assert_gap_free, lines, status_of, wait_until_over
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.conftest import drive_until_idle, finish_turn, make_run
+from tests.helpers import drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

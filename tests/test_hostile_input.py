@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.models import Approval, Checkpoint, Event, Run
-from tests.conftest import client_for
+from tests.helpers import client_for
 
 BIG = ["9" * 19, "9" * 40, str(2**63), str(2**64 + 1), "-" + "9" * 30, "1" + "0" * 400]
 NON_FINITE = ["NaN", "nan", "Infinity", "-Infinity", "1e400", "-1e400", "inf"]
@@ -105,7 +105,7 @@ def state() -> tuple:
 def make_world(supervisor, owner):
     """A run paused at its risky step (so resume would act), a checkpoint, a pending approval."""
     from agents import services
-    from tests.conftest import drive_until_idle
+    from tests.helpers import drive_until_idle
 
     run = drive_until_idle(services.create_demo_run(created_by=owner))
     assert run.status == "awaiting_approval", run.status_reason
@@ -127,7 +127,7 @@ def world(supervisor, owner):
 def _shared_world(django_db_setup, django_db_blocker):
     """One world for the module's many tests that must change nothing (each checks it did not):
     made once, outside their transactions, and removed when they are done."""
-    from tests.conftest import user_with
+    from tests.helpers import user_with
 
     with django_db_blocker.unblock():
         made = make_world(

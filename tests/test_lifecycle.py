@@ -5,7 +5,7 @@ import pytest
 from agents import lifecycle
 from agents.lifecycle import TRANSITIONS, IllegalTransition
 from agents.models import Event, RunStatus
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 
 @pytest.fixture

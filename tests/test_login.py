@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from tests.conftest import client_for
+from tests.helpers import client_for
 
 
 def log_in(password: str, username: str = "olivia", ip: str = "10.0.0.1"):

@@ -8,7 +8,7 @@ import pytest
 
 from agents import checkpoints, memory, policy
 from agents.models import Checkpoint, Event, EventKind, ProjectMemory, Session
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ import pytest
 
 from agents import memory
 from agents.models import Event, EventKind, ProjectMemory
-from tests.conftest import call, client_for, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, client_for, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from agents.models import Run, RunScript
-from tests.conftest import call, client_for, finish_turn, make_run
+from tests.helpers import call, client_for, finish_turn, make_run
 
 BASE = {"goal": "g", "checks": "true", "provider": "scripted"}
 

@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from agents import overview, services
 from agents.models import Approval, Event, EventKind, Run, RunStatus
-from tests.conftest import client_for, make_run
+from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from agents import checkpoints as cps
 from agents import pages
 from agents.models import Artifact, Run, Session
 from api.models import ApiToken
-from tests.conftest import client_for, make_run
+from tests.helpers import client_for, make_run
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ROW = re.compile(r'<tr id="run-(\d+)"')

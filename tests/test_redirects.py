@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Approval
-from tests.conftest import client_for
+from tests.helpers import client_for
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from agents.fleet_spawn import ChildPlan, _create_child
 from agents.models import Run
 from agents.runspec import RunError, RunSpec
 from api.models import ApiToken
-from tests.conftest import client_for, drive_until_idle, finish_turn, script, user_with
+from tests.helpers import client_for, drive_until_idle, finish_turn, script, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ RUN_STATE = {
     "turns", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
     "cost_usd", "cost_estimated", "active_seconds", "budget_warnings", "last_seq", "lease_owner",
     "lease_expires_at", "lease_renewals", "lease_expiries", "enqueued_at", "last_contact_at",
-    "schedule", "trigger", "parent", "depth", "wake_at", "workspace_tree",
+    "schedule", "trigger", "parent", "depth", "wake_at", "workspace_tree", "pause_cause",
 }  # fmt: skip
 
 # The settings a person gives, the same through every entry point (the web's, the API's and the

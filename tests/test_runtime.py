@@ -15,7 +15,7 @@ from agents import providers, services
 from agents.models import Artifact, Event, Run, RunScript, RunStatus, Session
 from agents.runtime.conversation import Conversation
 from agents.runtime.loop import drive
-from tests.conftest import call, demo_to_success, drive_until_idle, finish_turn, kinds, make_run
+from tests.helpers import call, demo_to_success, drive_until_idle, finish_turn, kinds, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Event, RunStatus
-from tests.conftest import FAKE_API_KEY as KEY
-from tests.conftest import drive_until_idle, make_run
+from tests.helpers import FAKE_API_KEY as KEY
+from tests.helpers import drive_until_idle, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -131,7 +131,7 @@ def test_a_model_in_no_price_table_is_charged_the_dearest_rate_and_shown_as_an_e
 
     from django.core.management import call_command
 
-    from tests.conftest import client_for
+    from tests.helpers import client_for
 
     for model, content in [
         ("claude-sonnet-4-7", [tool_use("toolu_1", "write_file", path="a.txt", content="hi")]),

@@ -12,7 +12,7 @@ from django.test import Client
 from agents import schedules, services, triggers
 from agents.models import Run, Schedule, Trigger
 from agents.runspec import RunSpec
-from tests.conftest import client_for, make_run
+from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -158,7 +158,7 @@ def test_a_person_sets_a_paused_runs_wake_up_from_its_page(owner):
 
     from agents import services
     from agents.models import Run
-    from tests.conftest import client_for
+    from tests.helpers import client_for
 
     run = services.create_run(RunSpec(goal="later", checks=["true"]), created_by=owner)
     services.pause_run(run.pk, actor="t")

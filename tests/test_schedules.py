@@ -10,7 +10,7 @@ import pytest
 
 from agents import schedules, services
 from agents.models import EventKind, Overlap, Run, RunScript, RunStatus, Schedule
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from agents.approvals import decide
 from agents.models import Approval, Event, Run, RunScript, RunStatus
 from agents.providers.scripted import ScriptError, validate_script
 from agents.runtime.loop import drive
-from tests.conftest import approve_pending, call, drive_until_idle, finish_turn, make_run
+from tests.helpers import approve_pending, call, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

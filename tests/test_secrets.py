@@ -19,7 +19,7 @@ from django.core.management import call_command
 from agents.blobstore import BlobStore
 from agents.models import Artifact, Event, Run, RunStatus
 from agents.sandbox import isolation_available
-from tests.conftest import call, client_for, finish_turn, make_run
+from tests.helpers import call, client_for, finish_turn, make_run
 from tests.procs import wait_for
 
 pytestmark = [

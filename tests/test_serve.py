@@ -16,7 +16,7 @@ import pytest
 
 from agents import services
 from agents.models import Run, RunStatus
-from tests.conftest import approve_pending
+from tests.helpers import approve_pending
 from tests.procs import process_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -14,8 +14,8 @@ import pytest
 
 from agents import services
 from agents.models import EndReason, Event, EventKind, Run, RunStatus, Session
-from tests.conftest import FAKE_API_KEY, call, drive_until_idle, finish_turn, make_run, script
 from tests.fake_anthropic import FakeAnthropic
+from tests.helpers import FAKE_API_KEY, call, drive_until_idle, finish_turn, make_run, script
 from tests.procs import dump_events, wait_for
 
 LEASE = {"SHIFTLOG_LEASE_SECONDS": "1"}

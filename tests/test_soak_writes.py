@@ -13,7 +13,7 @@ import pytest
 from agents import checkpoints, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.runspec import RunSpec
-from tests.conftest import approve_pending, drive_until_idle
+from tests.helpers import approve_pending, drive_until_idle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents import eventlog
 from agents.models import Event, Run, RunStatus
 from agents.runtime.conversation import INTERRUPTED
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 from tests.procs import dump_events
 
 NOTES = "one\ntwo\nthree\n"

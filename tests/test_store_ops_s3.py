@@ -16,7 +16,7 @@ from agents.backup import BackupError, backup
 from agents.models import Checkpoint, Run
 from agents.snapshots import Snapshots
 from tests import s3 as moto
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 

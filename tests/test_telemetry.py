@@ -23,7 +23,7 @@ from opentelemetry.trace import StatusCode
 from agents import checkpoints, lifecycle, services, telemetry
 from agents.branches import in_ranges
 from agents.models import Event, EventKind, RunStatus
-from tests.conftest import (
+from tests.helpers import (
     approve_pending,
     call,
     demo_to_success,

@@ -7,7 +7,7 @@ import pytest
 
 from agents.models import Run
 from dashboard import timeline_fleet, timeline_index
-from tests.conftest import client_for
+from tests.helpers import client_for
 from tests.test_timeline import HAND_MADE, hand_made, ms
 from tests.timeline_runs import turn, write_log
 

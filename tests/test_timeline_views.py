@@ -10,7 +10,7 @@ from django.test import Client
 
 from agents.models import Run
 from dashboard import timeline_index
-from tests.conftest import client_for
+from tests.helpers import client_for
 from tests.test_timeline import HAND_MADE, hand_made
 from tests.timeline_runs import write_log
 

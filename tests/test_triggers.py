@@ -12,7 +12,7 @@ from django.test import Client
 
 from agents import triggers
 from agents.models import EventKind, Run, Trigger, TriggerDelivery
-from tests.conftest import make_run
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 

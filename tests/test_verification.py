@@ -16,8 +16,8 @@ from agents.models import Approval, Artifact, Event, RunStatus
 from agents.runspec import RunSpec
 from agents.sandbox import Workspace
 from agents.verification import JUDGE_SYSTEM, criteria_of, goal_coverage
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
 from tests.fake_anthropic import FakeAnthropic
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from agents import services
 from agents.models import Event, EventKind, Session
 from agents.runtime import prompts
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ from agents.eventlog import LeaseLost
 from agents.lifecycle import TERMINAL
 from agents.models import Approval, Event, Run, RunStatus, Session
 from agents.runtime.conversation import INTERRUPTED
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 from tests.procs import Procs, alive, dump_events, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from agents import checkpoints, workspaces
 from agents.models import Approval, Event, Run, RunStatus
 from agents.snapshots import Snapshots
-from tests.conftest import (
+from tests.helpers import (
     approve_pending,
     call,
     client_for,

@@ -11,8 +11,8 @@ import pytest
 
 from agents import memory
 from agents.models import Event, EventKind
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
 from tests.e2e.helpers import CHROMIUM, log_in, screenshot, serving, wait_js
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = [
     pytest.mark.slow,

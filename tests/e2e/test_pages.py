@@ -11,8 +11,8 @@ import pytest
 from agents import checkpoints as cps
 from agents import services
 from agents.models import Run, Session
-from tests.conftest import make_run
 from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.helpers import make_run
 
 pytestmark = [
     pytest.mark.slow,

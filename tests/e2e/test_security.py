@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import make_run
 from tests.e2e.helpers import CHROMIUM, log_in, serving, start_demo, wait_js
+from tests.helpers import make_run
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,9 +14,9 @@ import pytest
 
 from agents import services
 from agents.models import Run
-from tests.conftest import approve_pending
 from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
 from tests.e2e.test_security import REPORT_VIOLATIONS
+from tests.helpers import approve_pending
 from tests.test_timeline import hand_made
 from tests.timeline_runs import big_run
 

@@ -1,0 +1,118 @@
+"""Helpers the tests share: people, scripts, runs made and driven as workers would. Fixtures
+live in conftest.py; import these from here."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+
+from agents import services
+from agents.models import Run
+from agents.runspec import RunSpec
+from agents.runtime.loop import drive
+
+
+def user_with(name: str, *perms: str):
+    """A user with these agents permissions (fresh from the database: permissions are cached)."""
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user(name, password=f"pw-{name}-123")
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def client_for(user):
+    from django.test import Client
+
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def script(*turns: dict) -> dict:
+    """A scripted-provider script from turns: {"text": ..., "tool_calls": [...]}."""
+    return {"name": "test", "turns": list(turns)}
+
+
+def call(name: str, **tool_input) -> dict:
+    return {"name": name, "input": tool_input}
+
+
+def finish_turn(summary: str = "done") -> dict:
+    return {"text": "Finishing.", "tool_calls": [call("finish", summary=summary)]}
+
+
+LINEAGE = (
+    "created_by",
+    "actor",
+    "forked_from",
+    "resume_state",
+    "origin",
+    "parent",
+    "workspace_tree",
+)
+
+
+def make_run(*, turns: list[dict] | None = None, checks: list[str] | None = None, **kwargs) -> Run:
+    """A run made through services.create_run: RunSpec's fields and create_run's keywords."""
+    kwargs.setdefault("goal", "test goal")
+    if turns is not None:
+        kwargs["script"] = script(*turns)
+    budgets = kwargs.pop("budgets", None)
+    if budgets is not None:  # services.Budgets, as create_run once took them
+        kwargs.update({k: v for k, v in vars(budgets).items() if v is not None})
+    lineage = {k: kwargs.pop(k) for k in LINEAGE if k in kwargs}
+    return services.create_run(RunSpec(checks=checks or ["true"], **kwargs), **lineage)
+
+
+def drive_until_idle(run: Run, *, max_slices: int = 50) -> Run:
+    """Drive a run slice after slice, as workers would, until it waits or is over."""
+    for _ in range(max_slices):
+        outcome = drive(run.pk)
+        if outcome.status != "running" and outcome.status != "queued":
+            break
+        if outcome.result == "not-claimed":
+            raise AssertionError(f"run {run.pk} could not be claimed")
+    run.refresh_from_db()
+    return run
+
+
+def run_queued(name: str) -> list:
+    """Run the queued huey tasks named `name`, as a worker would, and return them (the tests'
+    huey keeps its queue in memory and no consumer reads it); other queued tasks are dropped."""
+    from huey.contrib.djhuey import HUEY
+
+    from agents import jobs
+
+    # The task's own function, without djhuey's close_db around it: that would close the
+    # test's connection, inside the test's transaction.
+    body = jobs.body(name)
+    done = []
+    while (task := HUEY.dequeue()) is not None:
+        if task.name == name:
+            body(*task.args, **task.kwargs)
+            done.append(task)
+    return done
+
+
+def kinds(run: Run) -> list[str]:
+    return list(run.events.order_by("seq").values_list("kind", flat=True))
+
+
+FAKE_API_KEY = "sk-ant-test-key-0123456789"
+
+
+def approve_pending(run: Run, user, **kwargs) -> list:
+    from agents.approvals import decide
+    from agents.models import Approval
+
+    pending = list(Approval.objects.filter(run=run, status="pending").order_by("pk"))
+    return [decide(a.pk, user=user, approve=True, **kwargs) for a in pending]
+
+
+def demo_to_success(user) -> Run:
+    """The demo, with its risky step approved, driven to the end."""
+    run = drive_until_idle(services.create_demo_run())
+    assert run.status == "awaiting_approval", run.status_reason
+    approve_pending(run, user)
+    return drive_until_idle(run)
