@@ -25,6 +25,7 @@ from agents import (
     inputs,
     isolation,
     lifecycle,
+    notifications,
     policy,
     sandbox,
     verification,
@@ -192,7 +193,7 @@ def create_run(
         raise RunError(f"tool policy: {e}", "tool_policy") from None
     run_limits = _limits(limits)
     webhook_urls = [
-        inputs.http_url(u, what="webhook", field="webhook_urls")
+        notifications.check_url(inputs.http_url(u, what="webhook", field="webhook_urls"))
         for u in webhook_urls or []
         if u and u.strip()
     ]
