@@ -127,6 +127,7 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._flags: Any = None
         self._lock = threading.Condition()
+        self._accepting = threading.Lock()
         self._open: set[_Counted] = set()
         self._command = 0  # connections accepted since the command began
         self._limited: dict[str, int] = {}  # refused at a cap since the command began, by reason
@@ -168,6 +169,7 @@ class EgressProxy:
         # The sandbox runs as another uid of a user namespace; the folder is the gate.
         os.chmod(self.socket_path, 0o666)
         server.listen(128)
+        server.setblocking(False)  # accept() only after select() says one waits
         self._server = server
         self._thread = threading.Thread(target=self._accept, name="egress-accept", daemon=True)
         self._thread.start()
@@ -203,36 +205,50 @@ class EgressProxy:
 
     # --- connections --------------------------------------------------------------------------
     def _accept(self) -> None:
-        while self._server is not None:
+        while (server := self._server) is not None:
             try:
-                conn, _ = self._server.accept()
-            except OSError:
+                ready = _waiting(server, 0.2)
+            except (OSError, ValueError):
                 return  # closed by stop()
-            with self._lock:
-                if len(self._open) >= self.max_open:
-                    limit = f"more than {self.max_open} connections open at once"
-                elif self._command >= self.max_per_command:
-                    limit = f"more than {self.max_per_command} connections in one command"
-                else:
-                    limit = ""
-                    counted = _Counted(conn, self)
-                    self._open.add(counted)
-                    self._command += 1
-                if limit:
-                    self._limited[limit] = self._limited.get(limit, 0) + 1
-            if limit:  # answered here, without a thread: the cost of a refusal stays flat
-                with contextlib.suppress(OSError):
-                    conn.setblocking(False)
-                    conn.send(_busy(limit))
-                    conn.shutdown(socket.SHUT_RDWR)
-                conn.close()
+            if not ready:
                 continue
-            # proxy.py's HTTP handler, in a thread of its own; the address is only for its logs.
-            try:
-                start_threaded_work(self._flags, counted, ("sandbox", 0))  # type: ignore[arg-type]
-            except Exception:  # no thread to be had: the connection ends here, reported
-                log.exception("egress: could not start a connection's thread")
-                counted.close()
+            # Taken and registered under _accepting: end_command knows when none is in between.
+            with self._accepting:
+                try:
+                    conn, _ = server.accept()
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return  # closed by stop()
+                conn.setblocking(True)
+                self._take(conn)
+
+    def _take(self, conn: socket.socket) -> None:
+        with self._lock:
+            if len(self._open) >= self.max_open:
+                limit = f"more than {self.max_open} connections open at once"
+            elif self._command >= self.max_per_command:
+                limit = f"more than {self.max_per_command} connections in one command"
+            else:
+                limit = ""
+                counted = _Counted(conn, self)
+                self._open.add(counted)
+                self._command += 1
+            if limit:
+                self._limited[limit] = self._limited.get(limit, 0) + 1
+        if limit:  # answered here, without a thread: the cost of a refusal stays flat
+            with contextlib.suppress(OSError):
+                conn.setblocking(False)
+                conn.send(_busy(limit))
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            return
+        # proxy.py's HTTP handler, in a thread of its own; the address is only for its logs.
+        try:
+            start_threaded_work(self._flags, counted, ("sandbox", 0))  # type: ignore[arg-type]
+        except Exception:  # no thread to be had: the connection ends here, reported
+            log.exception("egress: could not start a connection's thread")
+            counted.close()
 
     def _closed(self, conn: _Counted, *, over: bool = True) -> None:
         """Report a connection, once: when it closes, or when its command ends first (then it
@@ -256,13 +272,14 @@ class EgressProxy:
         server = self._server
         # A connection still waiting in the listen queue is the command's too: let it be taken.
         while server is not None and time.monotonic() < deadline:
-            try:
-                ready, _, _ = select.select([server], [], [], 0)
-            except (OSError, ValueError):
-                break
+            with self._accepting:  # none is between accept() and its registration
+                try:
+                    ready = _waiting(server, 0)
+                except (OSError, ValueError):
+                    break
             if not ready:
                 break
-            time.sleep(0.01)
+            time.sleep(0.005)
         with self._lock:
             ending = list(self._open)
             limited, self._limited = self._limited, {}
@@ -293,6 +310,13 @@ class EgressProxy:
             self.record(host, port, decision, up, down, reason)
         except Exception:
             log.exception("egress record(%s, %s) failed", host[:100], port)
+
+
+def _waiting(server: socket.socket, timeout: float) -> bool:
+    """Whether a connection waits to be accepted (poll: any fd number, unlike select)."""
+    poller = select.poll()
+    poller.register(server, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
 
 
 def _plugin_base() -> type:
