@@ -6,17 +6,26 @@ short task execution (a few seconds at most); a failed one schedules the next on
 doubling backoff instead of sleeping, so a slow or broken receiver never keeps a worker thread from
 the runs. A task the queue lost (or could not take: Redis down) is queued again by the reaper from
 the row. A delivery whose last attempt fails is a `notification.failed` event.
+
+A run's webhook URLs are set by anyone who may create runs, so they are no way in: a URL whose
+host is, or resolves to, a loopback, private, link-local or otherwise non-public address is
+refused when it is set (`check_url`) and again at each delivery, after resolving, with the egress
+proxy's check (agents/sandbox/addresses.py); the POST goes to the address checked, and a redirect
+is not followed. The operator's SHIFTLOG_WEBHOOK_URLS are trusted, and
+SHIFTLOG_WEBHOOK_ALLOW_PRIVATE turns the check off (a receiver on a private network).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
-import urllib.error
-import urllib.request
+import socket
+import ssl
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
@@ -24,7 +33,9 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from agents import eventlog, jobs
+from agents.inputs import InputError
 from agents.models import EventKind, WebhookDelivery
+from agents.sandbox import addresses
 
 log = logging.getLogger(__name__)
 
@@ -64,32 +75,98 @@ def notify(run, event: str, **details: Any) -> None:
         jobs.later("deliver_webhook", delivery_id=delivery.pk)
 
 
+def _may_be_private(url: str) -> bool:
+    return settings.SHIFTLOG["WEBHOOK_ALLOW_PRIVATE"] or url in settings.SHIFTLOG["WEBHOOK_URLS"]
+
+
+def check_url(url: str, *, field: str = "webhook_urls") -> str:
+    """A run's webhook URL as it is set: InputError when its host is no host name, or is (or
+    now resolves to) an address on this machine or a private network. A name that does not
+    resolve yet is taken: each delivery checks again."""
+    if settings.SHIFTLOG["WEBHOOK_ALLOW_PRIVATE"]:
+        return url
+    host = urlsplit(url).hostname or ""
+    problem = addresses.host_problem(host)
+    if problem is not None:
+        raise InputError(f"webhook {url[:200]!r}: {problem}", field)
+    try:
+        addresses.checked_address(host, 443)
+    except addresses.Refused as refused:
+        if refused.decision == "blocked":
+            raise InputError(
+                f"webhook {url[:200]!r} is refused: {refused}; webhooks go to public addresses "
+                "only",
+                field,
+            ) from None
+    return url
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """An HTTP connection to `address` (checked) that names `host` in its request."""
+
+    def __init__(self, host: str, port: int, address: str, **kwargs: Any) -> None:
+        super().__init__(host, port, **kwargs)
+        self.address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+
+
+class _PinnedHTTPS(http.client.HTTPSConnection):
+    """An HTTPS connection to `address` (checked); the certificate is checked for `host`."""
+
+    def __init__(self, host: str, port: int, address: str, **kwargs: Any) -> None:
+        super().__init__(host, port, context=ssl.create_default_context(), **kwargs)
+        self.address = address
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
 def post(url: str, payload: dict[str, Any]) -> str:
     """POST the payload once, signed; "" when the receiver took it, else what went wrong."""
-    if not url.startswith(("http://", "https://")):  # urllib would also open file:// and ftp://
+    if not url.startswith(("http://", "https://")):  # only these, never file:// or ftp://
         return "not an http:// or https:// URL"
     try:
-        body = json.dumps(payload)
-        request = urllib.request.Request(
-            url,
-            data=body.encode(),
-            method="POST",
+        parts = urlsplit(url)
+        https = parts.scheme == "https"
+        host, port = parts.hostname or "", parts.port or (443 if https else 80)
+    except ValueError as e:  # a bad port (a bad SHIFTLOG_WEBHOOK_URLS entry)
+        return str(e)
+    if not host:
+        return "not an http:// or https:// URL"
+    address = host
+    if not _may_be_private(url):
+        # Checked again at each delivery, after resolving; the POST goes to that address.
+        problem = addresses.host_problem(host)
+        if problem is not None:
+            return f"refused: {problem}"
+        try:
+            address = addresses.checked_address(host, port)
+        except addresses.Refused as refused:
+            return f"refused: {refused}"
+    body = json.dumps(payload)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    pinned = _PinnedHTTPS if https else _PinnedHTTP
+    connection = pinned(host, port, address, timeout=ATTEMPT_TIMEOUT_SECONDS)
+    try:
+        connection.request(
+            "POST",
+            path,
+            body=body.encode(),
             headers={
                 "Content-Type": "application/json",
                 "User-Agent": "Shiftlog-Webhook/1",
                 **signature_headers(payload.get("id") or f"msg_{uuid.uuid4().hex}", body),
             },
         )
-        with urllib.request.urlopen(request, timeout=ATTEMPT_TIMEOUT_SECONDS) as response:
-            if 200 <= response.status < 300:
-                return ""
-            return f"HTTP {response.status}"
-    except urllib.error.HTTPError as e:
-        return f"HTTP {e.code}"
-    except (urllib.error.URLError, OSError) as e:
-        return str(getattr(e, "reason", e)) or type(e).__name__
-    except ValueError as e:  # not a URL urllib can open (a bad SHIFTLOG_WEBHOOK_URLS entry)
-        return str(e)
+        status = connection.getresponse().status  # a redirect is not followed: HTTP 3xx
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        return str(e) or type(e).__name__
+    finally:
+        connection.close()
+    return "" if 200 <= status < 300 else f"HTTP {status}"
 
 
 def signature_headers(message_id: str, body: str) -> dict[str, str]:

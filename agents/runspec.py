@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import inputs, isolation, policy
+from agents import inputs, isolation, notifications, policy
 from agents.models import Provider, Run, RunScript
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
@@ -202,7 +202,7 @@ class RunSpec:
             allowed_hosts=[],  # folded into the tool policy
             approval_timeout_seconds=timeout,
             webhook_urls=[
-                inputs.http_url(u, what="webhook", field="webhook_urls")
+                notifications.check_url(inputs.http_url(u, what="webhook", field="webhook_urls"))
                 for u in self.webhook_urls or []
                 if u and u.strip()
             ],

@@ -361,6 +361,7 @@ SHIFTLOG = {
     # The egress proxy refuses hosts that resolve to private or loopback addresses (this
     # machine's database, Redis, web server...) whatever the rules say, unless this is set.
     "EGRESS_ALLOW_PRIVATE": env_bool("SHIFTLOG_EGRESS_ALLOW_PRIVATE", False),
+    "WEBHOOK_ALLOW_PRIVATE": env_bool("SHIFTLOG_WEBHOOK_ALLOW_PRIVATE", False),
     # Per-command limits and the workspace's cap; each run may set its own.
     "LIMITS": {
         "memory_mb": int(env_number("SHIFTLOG_MAX_MEMORY_MB", 2048)),

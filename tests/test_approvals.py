@@ -484,6 +484,13 @@ def test_audit_log_names_the_user_of_every_human_action(decider, owner):
         call_command("audit_log", "--since", "yesterday-ish")
 
 
+@pytest.fixture(autouse=True)
+def webhooks_may_reach_this_machine(settings):
+    """The receivers here are on loopback, which a run's webhooks may not reach by default
+    (tests/test_webhook_targets.py): these tests are about delivery, not about where."""
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "WEBHOOK_ALLOW_PRIVATE": True}
+
+
 class Receiver:
     """A local webhook receiver: answers with the given statuses in turn, records bodies."""
 
@@ -641,7 +648,12 @@ def test_a_webhook_that_keeps_failing_holds_no_worker_thread_while_it_waits_to_r
         noisy = make_run(turns=[finish_turn()], webhook_urls=[receiver.url])
         other = make_run(turns=[finish_turn()])
         # One worker thread: an attempt that slept before the next would hold up every run.
-        procs.consumer(workers=1, SHIFTLOG_WEBHOOK_ATTEMPTS=3, SHIFTLOG_WEBHOOK_BACKOFF=3)
+        procs.consumer(
+            workers=1,
+            SHIFTLOG_WEBHOOK_ATTEMPTS=3,
+            SHIFTLOG_WEBHOOK_BACKOFF=3,
+            SHIFTLOG_WEBHOOK_ALLOW_PRIVATE=1,
+        )
         procs.enqueue(noisy.pk)
 
         def details() -> str:

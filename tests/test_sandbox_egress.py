@@ -94,7 +94,9 @@ class Policy:
         self.asked.append((host, port))
         return self.table.get(host, "ask")
 
-    def record(self, host: str, port: int, decision: str, up: int, down: int) -> None:
+    def record(
+        self, host: str, port: int, decision: str, up: int, down: int, reason: str = ""
+    ) -> None:
         self.records.append((host, port, decision, up, down))
 
     def wait_records(self, n: int) -> list[tuple[str, int, str, int, int]]:

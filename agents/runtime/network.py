@@ -11,6 +11,7 @@ decision when the run goes on.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from agents import approvals, policy
 from agents.decision_words import refusal
 from agents.models import Approval, ApprovalStatus, ApprovalSubject, Event, EventKind
 from agents.runtime.slice import Slice
+from agents.sandbox import addresses
 from agents.sandbox.egress import EgressProxy
 
 log = logging.getLogger(__name__)
@@ -60,40 +62,60 @@ class Network:
                 return "allow"
         return policy.decide_network(self.s.rules, host, port).action
 
-    def _record(self, host: str, port: int, decision: str, up: int, down: int) -> None:
+    def _record(
+        self, host: str, port: int, decision: str, up: int, down: int, reason: str = ""
+    ) -> None:
+        attempt = {
+            "host": host,
+            "port": port,
+            "decision": decision,
+            "bytes_up": up,
+            "bytes_down": down,
+            "at": time.time(),
+        }
+        if reason:
+            attempt["reason"] = reason
         with self._lock:
-            self.attempts.append(
-                {
-                    "host": host,
-                    "port": port,
-                    "decision": decision,
-                    "bytes_up": up,
-                    "bytes_down": down,
-                    "at": time.time(),
-                }
-            )
+            self.attempts.append(attempt)
 
     # --- after each command ---------------------------------------------------------------
     def after_command(self, command: str) -> list[Approval]:
         """Record the command's connections; ask about the new hosts. Returns the approvals a
         person must decide before the run goes on (empty: nothing to wait for)."""
+        # The command's connections still open end now and are reported under it.
+        limited = self.proxy.end_command() if self.proxy is not None else {}
         with self._lock:
             attempts, self.attempts = self.attempts, []
             used = {policy.network_target(a["host"], a["port"]) for a in attempts}
             self.once -= used  # allowed once: that command had its chance
+        for reason, count in limited.items():  # refused at a cap: one event for them all
+            attempts.append(
+                {
+                    "host": "",
+                    "port": 0,
+                    "decision": "limited",
+                    "count": count,
+                    "reason": reason,
+                    "bytes_up": 0,
+                    "bytes_down": 0,
+                    "at": time.time(),
+                }
+            )
         if not attempts:
             return []
         s = self.s
         s.append(*[s.event(EventKind.NETWORK_CONNECTION, a) for a in attempts])
         asked = {}
         for a in attempts:
-            if a["decision"] == "ask":
+            # Only a host name someone could decide about becomes a question (the proxy refuses
+            # the rest as "invalid"; this is the second check).
+            if a["decision"] == "ask" and addresses.host_problem(a["host"]) is None:
                 asked.setdefault(policy.network_target(a["host"], a["port"]), a)
         if not asked:
             return []
         calls = [
             (
-                f"network:{target}:{s.known_seq}",
+                _call_id(target, s.known_seq),
                 policy.NETWORK_TOOL,
                 {"host": a["host"], "port": a["port"]},
                 f"a command tried to connect to {target}, which this run has not been allowed "
@@ -144,6 +166,15 @@ class Network:
                 )
             )
             s.conv.add_text(appended.events[0].seq, text)
+
+
+def _call_id(target: str, seq: int) -> str:
+    """The approval's tool_use_id (a column of 100 characters): the target when it fits, else
+    its digest (the host and port are in the approval's tool_input either way)."""
+    call_id = f"network:{target}:{seq}"
+    if len(call_id) <= 100:
+        return call_id
+    return f"network:{hashlib.sha256(target.encode()).hexdigest()[:40]}:{seq}"
 
 
 def _decision_text(approval: Approval, target: str, rules: list[dict[str, Any]]) -> str:

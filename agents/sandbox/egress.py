@@ -11,11 +11,22 @@ proxy asks `decide(host, port)`:
 - "deny": 403 at once, "... are denied by this run's policy";
 - "ask": 403 at once, "... need a person's approval; one has been asked for — retry after it is
   decided". Nothing waits mid-command for a person: the command fails fast and the model retries.
-Every attempt is reported, when it is over, to `record(host, port, decision, bytes_up,
-bytes_down)` (bytes as the sandbox sent and received them, headers included). With
-block_private (the default) an allowed name that resolves to a loopback, private, link-local or
-otherwise non-public address is refused too (decision "blocked"), so "allow example.com" cannot
-be turned into a way to the machine's own services or a cloud metadata endpoint by DNS.
+Every attempt is reported, when it is over (or when its command ends: `end_command`), to
+`record(host, port, decision, bytes_up, bytes_down, reason)` (bytes as the sandbox sent and
+received them, headers included).
+
+Under abuse (agents/sandbox/addresses.py does the checks):
+- a host name no one could decide about (not ASCII, not LDH labels, too long, bad IDNA) or a
+  port outside 1-65535 is refused as "invalid", with the reason, and never asked about;
+- an allowed name is resolved once per connection, by the proxy, and the connection goes to
+  that checked address only: a name that does not resolve is refused ("unresolved"), and with
+  block_private (the default) one that resolves to a loopback, private, link-local or otherwise
+  non-public address is refused too ("blocked"), so neither "allow example.com" nor a DNS answer
+  that changes between the check and the connection is a way to the machine's own services or a
+  cloud metadata endpoint;
+- at most MAX_OPEN connections are open at once and MAX_PER_COMMAND are made per command (more
+  are answered 503 at once, without a thread, and counted), a request head is cut off after
+  MAX_REQUEST_HEAD bytes, and a connection idle for `timeout` seconds is closed.
 
 The HTTP machinery is proxy.py's (its HttpProtocolHandler and plugin hooks, run in threads of
 this process so the callbacks are plain Python calls). Pure Python, no Django: the runtime wires
@@ -25,11 +36,12 @@ the callbacks to the run's allow-list, approvals and event log.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,16 +53,25 @@ from proxy.http.exception import HttpRequestRejected
 from proxy.http.handler import HttpProtocolHandler
 from proxy.http.proxy import HttpProxyBasePlugin
 
+from agents.sandbox import addresses
 from agents.sandbox.relay import SOCKET_NAME
 
 Decide = Callable[[str, int], str]
-Record = Callable[[str, int, str, int, int], None]
+# record(host, port, decision, bytes_up, bytes_down, reason)
+Record = Callable[[str, int, str, int, int, str], None]
 DECISIONS = ("allow", "deny", "ask")
+# What one run's proxy costs the worker, whatever the command does: connections open at once
+# (each is a thread of this process), connections one command may make, the bytes of a request's
+# head held before it is decided, and the length of a host name kept in a refusal's record.
+MAX_OPEN = 32
+MAX_PER_COMMAND = 256
+MAX_REQUEST_HEAD = 64 * 1024
+MAX_RECORDED_HOST = 300
 
 log = logging.getLogger(__name__)
 
 
-def refusal(host: str, port: int, decision: str) -> str:
+def refusal(host: str, port: int, decision: str, reason: str = "") -> str:
     """The 403 body a command sees."""
     where = f"{host}:{port}"
     if decision == "ask":
@@ -63,16 +84,21 @@ def refusal(host: str, port: int, decision: str) -> str:
             f"Shiftlog: connections to {where} are refused: it resolves to an address on this "
             "machine or a private network\n"
         )
+    if decision == "unresolved":
+        return f"Shiftlog: connections to {where} are refused: {reason or 'it does not resolve'}\n"
+    if decision == "invalid":
+        return f"Shiftlog: the connection is refused: {reason}\n"
     if decision == "error":
         return f"Shiftlog: the run's egress policy could not decide about {where}\n"
     return f"Shiftlog: connections to {where} are denied by this run's policy\n"
 
 
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+def _busy(reason: str) -> bytes:
+    body = f"Shiftlog: the connection is refused: {reason}\n".encode()
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
 
 
 class EgressProxy:
@@ -86,18 +112,25 @@ class EgressProxy:
         *,
         block_private: bool = True,
         timeout: float = 30.0,
+        max_open: int = MAX_OPEN,
+        max_per_command: int = MAX_PER_COMMAND,
     ) -> None:
         self.socket_dir = Path(socket_dir)
         self.socket_path = self.socket_dir / SOCKET_NAME
         self.decide = decide
         self.record = record
         self.block_private = block_private
-        self.timeout = timeout
+        self.timeout = timeout  # a connection idle this long (nothing sent either way) is closed
+        self.max_open = max_open
+        self.max_per_command = max_per_command
         self._server: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._flags: Any = None
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
+        self._lock = threading.Condition()
+        self._accepting = threading.Lock()
+        self._open: set[_Counted] = set()
+        self._command = 0  # connections accepted since the command began
+        self._limited: dict[str, int] = {}  # refused at a cap since the command began, by reason
 
     # --- life cycle ---------------------------------------------------------------------------
     def start(self) -> EgressProxy:
@@ -115,7 +148,7 @@ class EgressProxy:
                 threaded=True,
                 threadless=False,
                 num_acceptors=1,
-                timeout=int(self.timeout),
+                timeout=max(1, int(self.timeout)),
                 enable_events=False,
                 open_file_limit=0,
             )
@@ -124,6 +157,7 @@ class EgressProxy:
         logging.getLogger("proxy").setLevel(logging.WARNING)
         # Each refusal is reported through record(); proxy.py would log it as a warning too.
         logging.getLogger("proxy.http.handler").setLevel(logging.ERROR)
+        logging.getLogger("proxy.http.proxy.server").setLevel(logging.ERROR)
         self._flags.shiftlog_egress = self
         if len(os.fsencode(self.socket_path)) > 107:  # sun_path holds 108 bytes with its NUL
             raise ValueError(f"socket path too long for a Unix socket: {self.socket_path}")
@@ -135,6 +169,7 @@ class EgressProxy:
         # The sandbox runs as another uid of a user namespace; the folder is the gate.
         os.chmod(self.socket_path, 0o666)
         server.listen(128)
+        server.setblocking(False)  # accept() only after select() says one waits
         self._server = server
         self._thread = threading.Thread(target=self._accept, name="egress-accept", daemon=True)
         self._thread.start()
@@ -147,12 +182,9 @@ class EgressProxy:
         with contextlib.suppress(OSError):
             server.shutdown(socket.SHUT_RDWR)
         server.close()
-        with self._lock:
-            for conn in list(self._open):
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self.end_command()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
 
@@ -166,21 +198,102 @@ class EgressProxy:
     def running(self) -> bool:
         return self._server is not None
 
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._open)
+
     # --- connections --------------------------------------------------------------------------
     def _accept(self) -> None:
-        while self._server is not None:
+        while (server := self._server) is not None:
             try:
-                conn, _ = self._server.accept()
-            except OSError:
+                ready = _waiting(server, 0.2)
+            except (OSError, ValueError):
                 return  # closed by stop()
-            with self._lock:
-                self._open.add(conn)
-            # proxy.py's HTTP handler, in a thread of its own; the address is only for its logs.
-            start_threaded_work(self._flags, _Counted(conn), ("sandbox", 0))  # type: ignore[arg-type]
+            if not ready:
+                continue
+            # Taken and registered under _accepting: end_command knows when none is in between.
+            with self._accepting:
+                try:
+                    conn, _ = server.accept()
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return  # closed by stop()
+                conn.setblocking(True)
+                self._take(conn)
 
-    def _closed(self, conn: socket.socket) -> None:
+    def _take(self, conn: socket.socket) -> None:
         with self._lock:
-            self._open.discard(conn)
+            if len(self._open) >= self.max_open:
+                limit = f"more than {self.max_open} connections open at once"
+            elif self._command >= self.max_per_command:
+                limit = f"more than {self.max_per_command} connections in one command"
+            else:
+                limit = ""
+                counted = _Counted(conn, self)
+                self._open.add(counted)
+                self._command += 1
+            if limit:
+                self._limited[limit] = self._limited.get(limit, 0) + 1
+        if limit:  # answered here, without a thread: the cost of a refusal stays flat
+            with contextlib.suppress(OSError):
+                conn.setblocking(False)
+                conn.send(_busy(limit))
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            return
+        # proxy.py's HTTP handler, in a thread of its own; the address is only for its logs.
+        try:
+            start_threaded_work(self._flags, counted, ("sandbox", 0))  # type: ignore[arg-type]
+        except Exception:  # no thread to be had: the connection ends here, reported
+            log.exception("egress: could not start a connection's thread")
+            counted.close()
+
+    def _closed(self, conn: _Counted, *, over: bool = True) -> None:
+        """Report a connection, once: when it closes, or when its command ends first (then it
+        still counts as open until its thread lets go of it)."""
+        with self._lock:
+            reported, conn.reported = conn.reported, True
+        if not reported:
+            host, port = conn.target or ("", 0)
+            decision = conn.decision or "incomplete"
+            self.report(host, port, decision, conn.received, conn.sent, conn.reason)
+        if over:
+            with self._lock:
+                self._open.discard(conn)
+                self._lock.notify_all()
+
+    def end_command(self, wait: float = 3.0) -> dict[str, int]:
+        """The command that used the proxy has returned: its connections still open are closed
+        and reported now (so each attempt is filed under the command that made it), the
+        per-command count starts again, and what the caps refused is returned (reason: count)."""
+        deadline = time.monotonic() + wait
+        server = self._server
+        # A connection still waiting in the listen queue is the command's too: let it be taken.
+        while server is not None and time.monotonic() < deadline:
+            with self._accepting:  # none is between accept() and its registration
+                try:
+                    ready = _waiting(server, 0)
+                except (OSError, ValueError):
+                    break
+            if not ready:
+                break
+            time.sleep(0.005)
+        with self._lock:
+            ending = list(self._open)
+            limited, self._limited = self._limited, {}
+            self._command = 0
+        for conn in ending:
+            with contextlib.suppress(OSError):
+                conn.raw.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            while any(c in self._open for c in ending) and time.monotonic() < deadline:
+                self._lock.wait(0.05)
+            late = [c for c in ending if c in self._open]
+        for conn in late:  # its thread is stuck (a slow lookup or connect): report it now
+            self._closed(conn, over=False)
+        return limited
 
     def ask(self, host: str, port: int) -> str:
         try:
@@ -190,11 +303,20 @@ class EgressProxy:
             return "error"
         return decision if decision in DECISIONS else "error"
 
-    def report(self, host: str, port: int, decision: str, up: int, down: int) -> None:
+    def report(
+        self, host: str, port: int, decision: str, up: int, down: int, reason: str = ""
+    ) -> None:
         try:
-            self.record(host, port, decision, up, down)
+            self.record(host, port, decision, up, down, reason)
         except Exception:
-            log.exception("egress record(%s, %s) failed", host, port)
+            log.exception("egress record(%s, %s) failed", host[:100], port)
+
+
+def _waiting(server: socket.socket, timeout: float) -> bool:
+    """Whether a connection waits to be accepted (poll: any fd number, unlike select)."""
+    poller = select.poll()
+    poller.register(server, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
 
 
 def _plugin_base() -> type:
@@ -207,74 +329,89 @@ class _PolicyPlugin(_plugin_base()):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.egress: EgressProxy = self.flags.shiftlog_egress
-        self.target: tuple[str, int] | None = None
-        self.decision = ""
         self.address: str | None = None
-        self.up = 0
-        self.down = 0
-        self.reported = False
 
     def before_upstream_connection(self, request: Any) -> Any:
-        host = (request.host or b"").decode("ascii", errors="replace").lower()
-        port = int(request.port or (443 if request.is_https_tunnel else 80))
-        self.target = (host, port)
-        self.decision = self.egress.ask(host, port) if host else "deny"
-        if self.decision == "allow" and self.egress.block_private:
-            # Resolve once, here: the address checked is the address connected to (resolve_dns
-            # hands it to proxy.py), so DNS cannot answer differently in between.
+        conn = self.client.connection
+        counted = conn if isinstance(conn, _Counted) else _Counted(conn, None)
+        raw = request.host or b""
+        host = raw.decode("ascii", errors="backslashreplace")
+        try:
+            default = 443 if request.is_https_tunnel else 80
+            port = int(request.port if request.port is not None else default)
+        except (TypeError, ValueError):
+            port = 0
+        problem = addresses.host_problem(host)
+        if problem is None and not 0 < port < 65536:
+            problem = f"{port} is not a port (1-65535)"
+        if problem is not None:
+            counted.settle(host[:MAX_RECORDED_HOST], port, "invalid", f"{problem}")
+            raise _rejected(host, port, "invalid", problem)
+        host = addresses.normal_host(host)
+        decision = self.egress.ask(host, port)
+        reason = ""
+        if decision == "allow":
+            # Resolved here, once per connection, and the address checked is the one connected
+            # to (resolve_dns hands it to proxy.py): DNS answering differently in between, or
+            # not at all the first time, cannot send the connection elsewhere.
             try:
-                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except OSError:
-                infos = []  # proxy.py's own resolution fails too, and answers 502
-            if infos:
-                self.address = str(infos[0][4][0])
-                if not _public(self.address):
-                    self.decision = "blocked"
-        if self.decision != "allow":
-            raise _rejected(host, port, self.decision)
+                self.address = addresses.checked_address(
+                    host, port, allow_private=not self.egress.block_private
+                )
+            except addresses.Refused as refused:
+                decision, reason = refused.decision, str(refused)
+        counted.settle(host, port, decision, reason)
+        if decision != "allow":
+            raise _rejected(host, port, decision, reason)
         return request
 
     def resolve_dns(self, host: str, port: int) -> tuple[str | None, Any]:
+        if self.address is None:  # never reached without a checked address; refuse all the same
+            raise OSError("no checked address for this connection")
         return self.address, None
 
     def on_access_log(self, context: dict[str, Any]) -> dict[str, Any] | None:
-        self._report()
-        return None  # no access log line of proxy.py's own
+        return None  # no access log line of proxy.py's own; the report is made on close
 
     def on_upstream_connection_close(self) -> None:
         pass
 
-    def _report(self) -> None:
-        if self.reported or self.target is None:
-            return
-        self.reported = True
-        conn = self.client.connection
-        if isinstance(conn, _Counted):
-            self.egress._closed(conn.raw)
-            self.up, self.down = conn.received, conn.sent
-        self.egress.report(*self.target, self.decision, self.up, self.down)
 
-
-def _rejected(host: str, port: int, decision: str) -> Exception:
+def _rejected(host: str, port: int, decision: str, reason: str = "") -> Exception:
     return HttpRequestRejected(
         status_code=403,
         reason=b"Forbidden",
         headers={b"Content-Type": b"text/plain; charset=utf-8"},
-        body=refusal(host, port, decision).encode(),
+        body=refusal(host[:MAX_RECORDED_HOST], port, decision, reason).encode(),
     )
 
 
 class _Counted:
-    """The sandbox's connection, counting what it sends (received) and gets (sent)."""
+    """The sandbox's connection, counting what it sends (received) and gets (sent), and what
+    was decided about it; reported to the proxy when it closes."""
 
-    def __init__(self, raw: socket.socket) -> None:
+    def __init__(self, raw: socket.socket, proxy: EgressProxy | None) -> None:
         self.raw = raw
+        self.proxy = proxy
         self.received = 0
         self.sent = 0
+        self.target: tuple[str, int] | None = None
+        self.decision = ""
+        self.reason = ""
+        self.reported = False
+        self.closed = False
+
+    def settle(self, host: str, port: int, decision: str, reason: str = "") -> None:
+        self.target, self.decision, self.reason = (host, port), decision, reason
 
     def recv(self, size: int, *flags: int) -> bytes:
         data = self.raw.recv(size, *flags)
         self.received += len(data)
+        if self.target is None and self.received > MAX_REQUEST_HEAD:
+            # A request that never ends is held in memory by proxy.py: it ends here.
+            self.decision = "invalid"
+            self.reason = f"the request's head is larger than {MAX_REQUEST_HEAD:,} bytes"
+            return b""
         return data
 
     def send(self, data: Any, *flags: int) -> int:
@@ -285,6 +422,14 @@ class _Counted:
     def sendall(self, data: Any, *flags: int) -> None:
         self.raw.sendall(data, *flags)
         self.sent += len(data)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.raw.close()
+        if self.proxy is not None:
+            self.proxy._closed(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
