@@ -47,6 +47,7 @@ def run(
         "goal": r.goal,
         "status": r.status,
         "status_reason": r.status_reason,
+        "pause_cause": r.pause_cause,
         "provider": r.provider,
         "external": r.is_external,
         "stalled": r.stalled,

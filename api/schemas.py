@@ -96,6 +96,8 @@ class RunOut(Schema):
     goal: str
     status: str
     status_reason: str
+    # Paused: why, as a word (person, budget, fleet, rewind, store_down, ...); else "".
+    pause_cause: str = ""
     provider: str
     external: bool
     stalled: bool

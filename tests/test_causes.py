@@ -91,3 +91,22 @@ def test_every_runtime_tells_the_agent_an_undecided_call_in_the_same_words(super
     Approval.objects.filter(pk=asked.pk).update(status=ApprovalStatus.DENIED, comment="keep it")
     asked.refresh_from_db()
     assert decision_words.refusal(asked) == "keep it"
+
+
+def test_the_api_and_show_run_say_why_a_run_is_paused(owner):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.test import Client
+
+    from api.models import ApiToken
+
+    run = make_run(created_by=owner)
+    services.pause_run(run.pk, actor="user:olivia")
+    _, token = ApiToken.issue(owner, ["read"])
+    got = Client(HTTP_AUTHORIZATION=f"Bearer {token}").get(f"/api/v1/runs/{run.pk}").json()
+    assert got["pause_cause"] == "person"
+    out = StringIO()
+    call_command("show_run", str(run.pk), "--json", stdout=out)
+    assert json.loads(out.getvalue())["pause_cause"] == "person"

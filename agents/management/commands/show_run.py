@@ -32,6 +32,7 @@ def run_summary(run) -> dict:
         "goal": run.goal,
         "status": run.status,
         "reason": run.status_reason,
+        "pause_cause": run.pause_cause,
         "provider": run.provider,
         "project": run.project,
         "offline": run.is_offline,

@@ -76,6 +76,7 @@ class Run:
     goal: str
     status: str
     status_reason: str = ""
+    pause_cause: str = ""  # paused: why (person, budget, fleet, rewind, store_down, ...)
     provider: str = ""
     external: bool = False
     stalled: bool = False
@@ -109,6 +110,7 @@ class Run:
             goal=data.get("goal") or "",
             status=data.get("status") or "",
             status_reason=data.get("status_reason") or "",
+            pause_cause=data.get("pause_cause") or "",
             provider=data.get("provider") or "",
             external=bool(data.get("external")),
             stalled=bool(data.get("stalled")),
