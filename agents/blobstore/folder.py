@@ -67,7 +67,10 @@ def _is_digest(name: str, length: int = 64) -> bool:
 
 
 class BlobStore:
+    """The folder backend of base.BlobStoreBackend (see the module docstring)."""
+
     remote = False  # reads are cheap: nothing gains from reading ahead in threads
+    workers = 1  # (how many reads a remote store makes at once)
 
     def __init__(self, root: str | Path | None = None):
         if root is None:
