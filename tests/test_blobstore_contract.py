@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,31 @@ class FolderHarness:
         (fanout / ".tmp-killed-add").write_bytes(b"half")
         return 2
 
+    def leave_foreign(self) -> None:
+        """Files in the store's folder that are not blobs, and a blob of a neighbouring store."""
+        root = self.store.root
+        (root / "ab").mkdir(parents=True, exist_ok=True)
+        (root / "README").write_bytes(b"not a blob")
+        (root / "ab" / "not-a-blob").write_bytes(b"not a blob")
+        (root / "ab" / ("0" * 61)).write_bytes(b"too short a name")
+        neighbour = root.parent / (root.name + "-other") / "ab" / ("0" * 62)
+        neighbour.parent.mkdir(parents=True)
+        neighbour.write_bytes(b"another store's")
+
     def stray_age(self) -> float:
         """The youngest stray's age in seconds, as the folder says (its mtime)."""
         strays = [*self.store.root.glob(".tmp-*"), *self.store.root.glob("??/.tmp-*")]
         return time.time() - max(p.stat().st_mtime for p in strays)
+
+    def pruned_while_put_looks(self) -> BlobStoreBackend:
+        """A store where a prune deletes a stored blob right after put() found it there."""
+
+        class Racing(BlobStore):
+            def touch(self, digest: str) -> None:
+                self.delete(digest)
+                super().touch(digest)
+
+        return Racing(self.spec)
 
     def aged(self, digests: list[str]) -> BlobStoreBackend:
         """A store to which `digests` look old (stored two hours ago)."""
@@ -155,6 +177,18 @@ class S3Harness:
         self.bucket.client.create_multipart_upload(Bucket=self.store.bucket, Key=key)
         return 1
 
+    def leave_foreign(self) -> None:
+        """Objects under the prefix that are not blobs, and a blob of a neighbouring prefix."""
+        prefix = self.store.prefix
+        for key in (
+            f"{prefix}README",
+            f"{prefix}ab/not-a-blob",
+            f"{prefix}ab/{'0' * 61}",
+            f"{prefix}ab{'0' * 62}",
+            f"{prefix[:-1]}-other/ab/{'0' * 62}",
+        ):
+            self.bucket.client.put_object(Bucket=self.bucket.name, Key=key, Body=b"not ours")
+
     def stray_age(self) -> float:
         """The youngest unfinished upload's age in seconds, as the bucket says (moto says every
         upload was initiated on 2010-11-10, so its strays are all old)."""
@@ -162,6 +196,17 @@ class S3Harness:
             Bucket=self.bucket.name, Prefix=self.store.prefix
         )
         return time.time() - max(up["Initiated"].timestamp() for up in got["Uploads"])
+
+    def pruned_while_put_looks(self) -> BlobStoreBackend:
+        """A store where a prune deletes a stored blob right after put() found it there (and
+        old: refresh_after=0, so put() refreshes it)."""
+
+        class Racing(S3BlobStore):
+            def _force_touch(self, digest: str) -> None:
+                self.delete(digest)
+                super()._force_touch(digest)
+
+        return Racing(self.spec, refresh_after=0.0)
 
     def aged(self, digests: list[str]) -> BlobStoreBackend:
         """LastModified cannot be set: wait past a store's `refresh_after` of one second."""
@@ -255,6 +300,12 @@ def test_a_blob_is_named_by_the_sha256_of_its_content(h):
 def test_put_stores_new_content(h):
     digest = h.store.put(b"an artifact")
     assert digest == sha(b"an artifact") and h.store.add(b"an artifact") == (digest, False)
+
+
+def test_put_stores_again_a_blob_a_prune_took_while_it_looked(h):
+    digest = h.store.put(b"an artifact")
+    assert h.pruned_while_put_looks().put(b"an artifact") == digest
+    assert h.reopen().get(digest) == b"an artifact"  # the row about to name it finds it
 
 
 class CountingReader(io.BytesIO):
@@ -397,6 +448,7 @@ def test_listing_is_exactly_what_was_added(h):
     contents = [b"a", b"bb", os.urandom(3000), b""]
     added = {store.add(data)[0]: data for data in contents}
     h.leave_strays()  # never listed, never counted
+    h.leave_foreign()
     assert list(store.iter_digests()) == sorted(added)
     rows = list(store.listing())
     assert [digest for digest, _, _ in rows] == sorted(added)
@@ -470,6 +522,17 @@ def test_a_batch_commit_makes_its_blobs_visible_and_durable(h):
     batch.add(b"the batch is used again")
     batch.commit()
     assert store.get(sha(b"the batch is used again")) == b"the batch is used again"
+
+
+def test_a_batch_takes_blobs_from_many_threads(h):
+    batch = h.store.batch(workers=4)
+    contents = [b"the same in every thread"] * 8 + [b"own %d" % i for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(batch.add, contents))
+    assert [new for digest, new in results if digest == sha(contents[0])].count(True) == 1
+    assert len(batch) == 9 and batch.added_bytes == sum(map(len, set(contents)))
+    batch.commit()
+    assert list(h.store.iter_digests()) == sorted({sha(c) for c in contents})
 
 
 def test_a_batch_abort_leaves_no_blob_it_was_to_name(h):
