@@ -58,6 +58,11 @@ class Differences:
     exclusive_lock: bool
     # exists() marks an old blob as just used (S3's stand-in for the lock, see s3.py).
     exists_refreshes: bool
+    # exists() and touch() answer without asking for a blob this store object stored or saw
+    # younger than its refresh_after (S3: a round trip saved per blob), so a blob another
+    # process deleted meanwhile still exists to it. A prune takes only blobs older than its
+    # grace, which is longer than refresh_after: what the answer promises still holds.
+    remembers_young_blobs: bool
     # mtime's resolution in seconds (S3's LastModified has whole seconds).
     mtime_resolution: float
 
@@ -68,6 +73,7 @@ BACKENDS = {
         batch_names_at_commit=True,
         exclusive_lock=True,
         exists_refreshes=False,
+        remembers_young_blobs=False,
         mtime_resolution=0.0,
     ),
     "s3": Differences(
@@ -75,6 +81,7 @@ BACKENDS = {
         batch_names_at_commit=False,
         exclusive_lock=False,
         exists_refreshes=True,
+        remembers_young_blobs=True,
         mtime_resolution=1.0,
     ),
 }
@@ -439,6 +446,23 @@ def test_delete_says_whether_it_deleted(h):
     with pytest.raises(FileNotFoundError):
         store.get(digest)
     assert store.add(b"doomed") == (digest, True)  # stored again, not remembered as stored
+
+
+def test_a_blob_deleted_by_another_process(h):
+    store = h.store
+    digest = store.put(b"deleted elsewhere")
+    assert h.reopen().delete(digest) is True
+    assert store.exists(digest) is h.differs.remembers_young_blobs
+    if h.differs.remembers_young_blobs:
+        store.touch(digest)  # (no request)
+    else:
+        with pytest.raises(FileNotFoundError):
+            store.touch(digest)
+    with pytest.raises(FileNotFoundError):
+        store.get(digest)  # reads always ask
+    assert store.delete(digest) is False
+    assert store.exists(digest) is False  # forgotten once this store deleted it itself
+    assert store.add(b"deleted elsewhere") == (digest, True)
 
 
 def test_listing_is_exactly_what_was_added(h):

@@ -74,7 +74,7 @@ class BlobStoreBackend(Protocol):
         """Return if blobs can be written now; else raise BlobStoreUnavailable saying why."""
 
     def exists(self, digest: str) -> bool:
-        """Whether the blob is stored (True also promises a prune will not take it right away)."""
+        """Stored, and a prune will not take it right away (may answer from memory: S3)."""
 
     def put(self, data: bytes) -> str:
         """Store `data` for a row about to name it: its digest; one already stored is made young."""
@@ -101,7 +101,7 @@ class BlobStoreBackend(Protocol):
         """The first `n` bytes of the blob (fewer if it is shorter); FileNotFoundError if missing."""
 
     def touch(self, digest: str) -> None:
-        """Mark the blob as just used (a prune's grace covers it); FileNotFoundError if missing."""
+        """Mark the blob as just used (a prune's grace covers it); FileNotFoundError, as exists."""
 
     def delete(self, digest: str) -> bool:
         """Remove the blob: whether it was there (a missing one is not an error)."""
