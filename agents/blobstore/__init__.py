@@ -1,8 +1,7 @@
 """Content-addressed blob storage (sha256), shared by artifacts and checkpoints.
 
-Two backends behind one interface (exists, put, add, add_file, batch, get, open, check,
-read_head, touch, delete, iter_digests, listing, mtime, size_bytes, prefetched, stray temp files,
-sync, lock, describe, check_ready):
+Two backends behind one interface, the typed Protocol in base.py (BlobStoreBackend, and
+BlobBatch for its batches), which every backend passes tests/test_blobstore_contract.py against:
     folder.py   BlobStore: files in a folder (the embedded default)
     s3.py       S3BlobStore: S3-compatible object storage, configured through boto3's own
                 environment and config files
@@ -16,6 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from agents.blobstore.base import BlobBatch, BlobStoreBackend
 from agents.blobstore.errors import UNREACHABLE, BlobCorrupt, BlobStoreUnavailable
 from agents.blobstore.folder import Batch, BlobStore, _is_digest
 
@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 __all__ = [
     "UNREACHABLE",
     "Batch",
+    "BlobBatch",
     "BlobCorrupt",
     "BlobStore",
+    "BlobStoreBackend",
     "BlobStoreUnavailable",
     "_is_digest",
     "configured",
@@ -41,7 +43,7 @@ def is_s3(spec: str) -> bool:
     return spec.startswith("s3://")
 
 
-def configured(spec: str | None = None) -> BlobStore | S3BlobStore:
+def configured(spec: str | None = None) -> BlobStoreBackend:
     """The blob store settings.SHIFTLOG["BLOB_STORE"] (or `spec`) names: "s3://BUCKET/PREFIX" is
     S3 (one store per process and endpoint: a boto3 client is costly to make and thread-safe);
     anything else is the folder store, at that path or, when empty, at SHIFTLOG["BLOB_ROOT"]."""

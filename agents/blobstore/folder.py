@@ -67,7 +67,10 @@ def _is_digest(name: str, length: int = 64) -> bool:
 
 
 class BlobStore:
+    """The folder backend of base.BlobStoreBackend (see the module docstring)."""
+
     remote = False  # reads are cheap: nothing gains from reading ahead in threads
+    workers = 1  # (how many reads a remote store makes at once)
 
     def __init__(self, root: str | Path | None = None):
         if root is None:
@@ -126,12 +129,15 @@ class BlobStore:
         """Store `data` for a row about to name it (an artifact, a protected file's original).
 
         A blob already stored is marked as just used: it may be old enough for a prune, which
-        cannot see the row before it is committed, but its grace period covers it now.
+        cannot see the row before it is committed, but its grace period covers it now; one that
+        a prune deleted between the two is stored again.
         """
         digest, added = self.add(data)
         if not added:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.touch(digest)
+            except FileNotFoundError:  # a prune took it after add() looked: store it again
+                self.add(data)
         return digest
 
     def add(self, data: bytes) -> tuple[str, bool]:

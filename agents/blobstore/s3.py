@@ -92,7 +92,8 @@ def client_config(workers: int, timeout: float = 5.0) -> Config:
 
 
 class S3BlobStore:
-    """The blob store in a bucket (see the module docstring); the folder store's interface."""
+    """The S3 backend of base.BlobStoreBackend: the blob store in a bucket (see the module
+    docstring)."""
 
     root = None  # no folder: nothing of it can be inside a workspace
     remote = True  # each read is a round trip: restores read trees and blobs ahead, in a pool
@@ -336,6 +337,8 @@ class S3BlobStore:
         """Download `digests` in a bounded pool (checked, to temporary files) for the `open`s
         and `get`s that follow; FileNotFoundError or BlobCorrupt before any is read."""
         wanted = sorted(set(digests) - set(self._local))
+        for digest in wanted:
+            self.key(digest)  # ValueError for anything but a digest: it names a file below
         if not wanted:
             yield
             return
@@ -387,24 +390,29 @@ class S3BlobStore:
 
     # --- what a folder needs and a bucket does not -----------------------------------------
     def stray_temp_files(self) -> list[str]:
-        return []
+        """Unfinished multipart uploads under the prefix ("KEY (upload ID)"): what
+        remove_stray_temp aborts once they are old enough."""
+        return [f"{up['Key']} (upload {up['UploadId']})" for up in self._uploads()]
 
     def remove_stray_temp(self, older_than_seconds: float = 3600.0) -> int:
         """Abort multipart uploads under the prefix left by killed processes (old enough)."""
         cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
         aborted = 0
+        for up in self._uploads():
+            if up["Initiated"] < cutoff:
+                with self._calling():
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"]
+                    )
+                aborted += 1
+        return aborted
+
+    def _uploads(self) -> list[dict]:
         with self._calling():
             pages = self.client.get_paginator("list_multipart_uploads").paginate(
                 Bucket=self.bucket, Prefix=self.prefix
             )
-            for page in pages:
-                for up in page.get("Uploads", ()):
-                    if up["Initiated"] < cutoff:
-                        self.client.abort_multipart_upload(
-                            Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"]
-                        )
-                        aborted += 1
-        return aborted
+            return [up for page in pages for up in page.get("Uploads", ())]
 
     def sync(self) -> None:
         """An object is durable once its upload returns."""

@@ -43,7 +43,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from agents.blobstore import BlobStore
+from agents.blobstore import BlobStoreBackend
 from agents.snapshots.cache import StatCache
 from agents.snapshots.diff import TEXT_DIFF_MAX_INPUT, Differ
 from agents.snapshots.errors import CorruptBlob, MissingBlob, SnapshotError
@@ -82,7 +82,7 @@ __all__ = [
 class Snapshots:
     """The snapshot store's entry point: each method hands over to the part doing that work."""
 
-    def __init__(self, blobs: BlobStore, *, workers: int | None = None):
+    def __init__(self, blobs: BlobStoreBackend, *, workers: int | None = None):
         self.blobs = blobs
         # Reading and hashing release the GIL, so a few threads overlap the I/O and fsyncs of a
         # first checkpoint.

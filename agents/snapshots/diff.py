@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents.blobstore import BlobStore
+from agents.blobstore import BlobStoreBackend
 from agents.snapshots.beneath import FILE_FLAGS
 from agents.snapshots.cache import FolderRecord, load_cache
 from agents.snapshots.errors import MissingBlob
@@ -47,7 +47,7 @@ def _live_content(path: bytes, digest: str) -> bytes:
 class Differ:
     """Compares two sides, each a checkpoint, a live workspace or nothing."""
 
-    def __init__(self, blobs: BlobStore, trees: TreeReader, scanner: Scanner):
+    def __init__(self, blobs: BlobStoreBackend, trees: TreeReader, scanner: Scanner):
         self.blobs = blobs
         self.trees = trees
         self.scanner = scanner

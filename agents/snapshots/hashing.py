@@ -9,7 +9,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from agents.blobstore import Batch, BlobStore
+from agents.blobstore import BlobBatch, BlobStoreBackend
 from agents.snapshots.beneath import FILE_FLAGS, open_beneath
 from agents.snapshots.scan_state import PendingFile, ScanState
 
@@ -31,7 +31,7 @@ def hash_stream(f: BinaryIO) -> tuple[str, int]:
 class FileHasher:
     """Reads the files a walk queued, with `workers` threads when there are many."""
 
-    def __init__(self, blobs: BlobStore, workers: int):
+    def __init__(self, blobs: BlobStoreBackend, workers: int):
         self.blobs = blobs
         self.workers = workers
 
@@ -50,7 +50,7 @@ class FileHasher:
             self._record(scan, f, result)
 
     def read(
-        self, f: PendingFile, batch: Batch | None, strip: int
+        self, f: PendingFile, batch: BlobBatch | None, strip: int
     ) -> tuple[str, int, bool, os.stat_result] | None:
         """(digest, size, whether `batch` writes a new blob for it, stat after reading), or None
         when the file is gone or has become a link. Without a batch it is only hashed. `strip`:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from agents.blobstore import BlobCorrupt, BlobStore
+from agents.blobstore import BlobCorrupt, BlobStoreBackend
 from agents.snapshots.errors import CorruptBlob, SnapshotError
 from agents.snapshots.hashing import hash_stream
 from agents.snapshots.names import decode_name, display, join_path, to_str
@@ -26,7 +26,7 @@ from agents.snapshots.trees import TREE_MAGIC, TreeReader, parse_tree
 class StoreMaintenance:
     """Looks after the blob store as a whole: what checkpoints reach, verify, prune."""
 
-    def __init__(self, blobs: BlobStore, trees: TreeReader):
+    def __init__(self, blobs: BlobStoreBackend, trees: TreeReader):
         self.blobs = blobs
         self.trees = trees
 
@@ -206,7 +206,7 @@ class StoreMaintenance:
         return order + [d for d in doomed if d not in tree_set]
 
 
-def iter_tree_blobs(blobs: BlobStore) -> Iterator[tuple[str, dict[str, Any]]]:
+def iter_tree_blobs(blobs: BlobStoreBackend) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every tree stored in `blobs` (found by its magic line), parsed; for checks and tests."""
     for digest in blobs.iter_digests():
         try:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agents.blobstore import BlobStore
+from agents.blobstore import BlobStoreBackend
 from agents.snapshots.cache import FolderRecord, StatCache, cache_key, keep_cache, load_cache
 from agents.snapshots.errors import CorruptBlob, MissingBlob
 from agents.snapshots.feed import ChangeFeed
@@ -32,7 +32,7 @@ from agents.snapshots.trees import TreeReader
 class Restorer:
     """Restores checkpoints into workspaces, scanning what is there first."""
 
-    def __init__(self, blobs: BlobStore, trees: TreeReader, scanner: Scanner):
+    def __init__(self, blobs: BlobStoreBackend, trees: TreeReader, scanner: Scanner):
         self.blobs = blobs
         self.trees = trees
         self.scanner = scanner

@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.blobstore import BlobStore
+from agents.blobstore import BlobStoreBackend
 from agents.snapshots.beneath import open_beneath
 from agents.snapshots.build import build
 from agents.snapshots.cache import FolderRecord, StatCache, join_key, keep_cache, load_cache
@@ -73,7 +73,7 @@ class Scanner:
     """Scans workspaces for checkpoints (snapshot), and for restore and diff (scan, store=False).
     Callers of `scan` hold the store's lock."""
 
-    def __init__(self, blobs: BlobStore, hasher: FileHasher):
+    def __init__(self, blobs: BlobStoreBackend, hasher: FileHasher):
         self.blobs = blobs
         self.hasher = hasher
 

@@ -19,7 +19,7 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agents.blobstore import BlobStore
+from agents.blobstore import BlobStoreBackend
 from agents.snapshots.errors import CorruptBlob, MissingBlob
 from agents.snapshots.names import decode_name, display, encode_name, join_path, to_bytes, to_str
 from agents.snapshots.results import Entry
@@ -93,7 +93,7 @@ class TreeReader:
 
     MAX_CACHED = 20_000
 
-    def __init__(self, blobs: BlobStore):
+    def __init__(self, blobs: BlobStoreBackend):
         self.blobs = blobs
         self._cache: dict[str, dict[str, Any]] = {}
 
