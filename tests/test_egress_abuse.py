@@ -348,3 +348,70 @@ def test_an_idle_connection_is_closed(folder: Path) -> None:
         policy.wait_records(1)
         assert proxy.open_connections == 0
     assert policy.records[0][2] == "incomplete"
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+class Flood:
+    """A server on this machine's loopback that sends without end, or reads nothing."""
+
+    def __init__(self, *, send: bool) -> None:
+        self.server = socket.create_server(("127.0.0.2", 0))
+        self.port = self.server.getsockname()[1]
+        self.send = send
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        chunk = b"x" * (1024 * 1024)
+        with contextlib.suppress(OSError):
+            conn, _ = self.server.accept()
+            self.conns.append(conn)
+            while self.send:
+                conn.sendall(chunk)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+        self.thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("way", ["down", "up"])
+def test_a_side_that_does_not_read_costs_the_worker_no_memory(folder: Path, way: str) -> None:
+    flood = Flood(send=way == "down")
+    policy = Policy({"127.0.0.2": "allow"})
+    try:
+        with EgressProxy(
+            folder / "egress", policy.decide, policy.record, block_private=False, timeout=5
+        ) as proxy:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(10)
+                s.connect(str(proxy.socket_path))
+                s.sendall(f"CONNECT 127.0.0.2:{flood.port} HTTP/1.1\r\n\r\n".encode())
+                assert s.recv(4096).startswith(b"HTTP/1.1 200")
+                before = rss_mb()
+                if way == "down":  # the upstream sends, the sandbox reads nothing
+                    time.sleep(2)
+                else:  # the sandbox sends, the upstream reads nothing
+                    s.setblocking(False)
+                    chunk = b"y" * (1024 * 1024)
+                    deadline = time.monotonic() + 2
+                    while time.monotonic() < deadline:
+                        with contextlib.suppress(BlockingIOError):
+                            s.send(chunk)
+                grown = rss_mb() - before
+            proxy.end_command()
+    finally:
+        flood.close()
+    assert grown < 64, f"the worker grew by {grown:.0f} MB"
