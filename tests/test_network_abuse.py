@@ -177,3 +177,73 @@ def test_connections_over_the_cap_are_refused_and_logged() -> None:
     assert [c["decision"] for c in seen] == ["incomplete"] * MAX_OPEN + ["limited"]
     assert seen[-1]["count"] == held - MAX_OPEN
     assert seen[-1]["reason"] == f"more than {MAX_OPEN} connections open at once"
+
+
+# --- DNS rebinding after "allow for this run" ---------------------------------------------------
+class Listener:
+    """A TCP server on 127.0.0.1 (where Redis would be) that counts who reached it."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.reached = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.reached += 1
+            with conn:
+                conn.sendall(b"+PONG\r\n")
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_host_allowed_for_the_run_whose_dns_fails_then_points_home_reaches_nothing(
+    monkeypatch, supervisor
+):
+    from tests.conftest import client_for
+
+    listener = Listener()
+    lookups = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != "rebind.example":
+            return real(host, port, *args, **kwargs)
+        lookups.append(host)
+        if len(lookups) == 1:  # the proxy's check
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    fetch = f"curl -sS -m 10 http://rebind.example:{listener.port}/; echo"
+    try:
+        run = drive_until_idle(
+            make_run(
+                turns=[
+                    {"tool_calls": [call("bash", command=fetch)]},
+                    {"tool_calls": [call("bash", command=fetch)]},
+                    finish_turn(),
+                ],
+                tool_policy=CURL_ALLOWED,
+            )
+        )
+        asked = Approval.objects.get(run=run)
+        client_for(supervisor).post(
+            f"/approvals/{asked.pk}/decide",
+            {"decision": "approve-for-run"},
+            HTTP_HX_REQUEST="true",
+        )
+        run = drive_until_idle(run)
+    finally:
+        listener.close()
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert listener.reached == 0
+    seen = connections(run)
+    assert [c["decision"] for c in seen] == ["ask", "unresolved"], seen
+    assert "could not be resolved" in seen[1]["reason"]
