@@ -377,8 +377,11 @@ class _PolicyPlugin(_plugin_base()):  # type: ignore[misc]
         if problem is None and not 0 < port < 65536:
             problem = f"{port} is not a port (1-65535)"
         if problem is not None:
-            counted.settle(host[:MAX_RECORDED_HOST], port, "invalid", f"{problem}")
-            raise _rejected(host, port, "invalid", problem)
+            # Kept escaped and short: the log and the terminals that show it get no control
+            # characters and no 19 kB name.
+            shown = host.encode("unicode_escape").decode("ascii")[:MAX_RECORDED_HOST]
+            counted.settle(shown, port, "invalid", problem)
+            raise _rejected(shown, port, "invalid", problem)
         host = addresses.normal_host(host)
         decision = self.egress.ask(host, port)
         reason = ""
