@@ -249,3 +249,24 @@ def test_a_host_allowed_for_the_run_whose_dns_fails_then_points_home_reaches_not
     seen = connections(run)
     assert [c["decision"] for c in seen] == ["ask", "unresolved"], seen
     assert "could not be resolved" in seen[1]["reason"]
+
+
+def test_a_command_puts_a_few_new_hosts_to_people_not_a_hundred() -> None:
+    from agents.runtime.network import MAX_QUESTIONS
+
+    fetch = "for i in $(seq 1 12); do curl -s -o /dev/null http://h$i.example/; done; true"
+    run = drive_until_idle(
+        make_run(
+            turns=[{"tool_calls": [call("bash", command=fetch)]}, finish_turn()],
+            tool_policy=CURL_ALLOWED,
+        )
+    )
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    asked = Approval.objects.filter(run=run).order_by("pk")
+    assert [a.tool_input["host"] for a in asked] == [f"h{i}.example" for i in range(1, 6)]
+    assert MAX_QUESTIONS == 5
+    seen = connections(run)
+    assert len(seen) == 12 and {c["decision"] for c in seen} == {"ask"}
+    assert [c.get("reason", "") for c in seen[5:]] == [
+        "not asked: more than 5 new hosts in one command"
+    ] * 7
