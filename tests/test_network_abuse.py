@@ -85,6 +85,8 @@ def test_host_names_no_one_can_decide_about_are_refused_not_asked() -> None:
     seen = connections(run)
     assert [c["decision"] for c in seen] == ["invalid"] * len(bad)
     assert all(c["reason"] and len(c["host"]) <= 300 for c in seen), seen
+    assert all(c["host"].isprintable() and c["host"].isascii() for c in seen), seen
+    assert seen[1]["host"] == "evil\\x1b[31m.example"
 
 
 # --- every attempt is an event of the command that made it --------------------------------------
@@ -177,3 +179,94 @@ def test_connections_over_the_cap_are_refused_and_logged() -> None:
     assert [c["decision"] for c in seen] == ["incomplete"] * MAX_OPEN + ["limited"]
     assert seen[-1]["count"] == held - MAX_OPEN
     assert seen[-1]["reason"] == f"more than {MAX_OPEN} connections open at once"
+
+
+# --- DNS rebinding after "allow for this run" ---------------------------------------------------
+class Listener:
+    """A TCP server on 127.0.0.1 (where Redis would be) that counts who reached it."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.reached = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.reached += 1
+            with conn:
+                conn.sendall(b"+PONG\r\n")
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_host_allowed_for_the_run_whose_dns_fails_then_points_home_reaches_nothing(
+    monkeypatch, supervisor
+):
+    from tests.conftest import client_for
+
+    listener = Listener()
+    lookups = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != "rebind.example":
+            return real(host, port, *args, **kwargs)
+        lookups.append(host)
+        if len(lookups) == 1:  # the proxy's check
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    fetch = f"curl -sS -m 10 http://rebind.example:{listener.port}/; echo"
+    try:
+        run = drive_until_idle(
+            make_run(
+                turns=[
+                    {"tool_calls": [call("bash", command=fetch)]},
+                    {"tool_calls": [call("bash", command=fetch)]},
+                    finish_turn(),
+                ],
+                tool_policy=CURL_ALLOWED,
+            )
+        )
+        asked = Approval.objects.get(run=run)
+        client_for(supervisor).post(
+            f"/approvals/{asked.pk}/decide",
+            {"decision": "approve-for-run"},
+            HTTP_HX_REQUEST="true",
+        )
+        run = drive_until_idle(run)
+    finally:
+        listener.close()
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert listener.reached == 0
+    seen = connections(run)
+    assert [c["decision"] for c in seen] == ["ask", "unresolved"], seen
+    assert "could not be resolved" in seen[1]["reason"]
+
+
+def test_a_command_puts_a_few_new_hosts_to_people_not_a_hundred() -> None:
+    from agents.runtime.network import MAX_QUESTIONS
+
+    fetch = "for i in $(seq 1 12); do curl -s -o /dev/null http://h$i.example/; done; true"
+    run = drive_until_idle(
+        make_run(
+            turns=[{"tool_calls": [call("bash", command=fetch)]}, finish_turn()],
+            tool_policy=CURL_ALLOWED,
+        )
+    )
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    asked = Approval.objects.filter(run=run).order_by("pk")
+    assert [a.tool_input["host"] for a in asked] == [f"h{i}.example" for i in range(1, 6)]
+    assert MAX_QUESTIONS == 5
+    seen = connections(run)
+    assert len(seen) == 12 and {c["decision"] for c in seen} == {"ask"}
+    assert [c.get("reason", "") for c in seen[5:]] == [
+        "not asked: more than 5 new hosts in one command"
+    ] * 7

@@ -28,6 +28,8 @@ from agents.sandbox import addresses
 from agents.sandbox.egress import EgressProxy
 
 log = logging.getLogger(__name__)
+# New hosts one command may put to people as questions; more are refused, logged, not asked.
+MAX_QUESTIONS = 5
 
 
 class Network:
@@ -104,13 +106,21 @@ class Network:
         if not attempts:
             return []
         s = self.s
-        s.append(*[s.event(EventKind.NETWORK_CONNECTION, a) for a in attempts])
-        asked = {}
+        asked: dict[str, dict[str, Any]] = {}
         for a in attempts:
             # Only a host name someone could decide about becomes a question (the proxy refuses
-            # the rest as "invalid"; this is the second check).
-            if a["decision"] == "ask" and addresses.host_problem(a["host"]) is None:
-                asked.setdefault(policy.network_target(a["host"], a["port"]), a)
+            # the rest as "invalid"; this is the second check), and a few per command: a
+            # command that tries a hundred new hosts does not put a hundred questions to people.
+            if a["decision"] != "ask" or addresses.host_problem(a["host"]) is not None:
+                continue
+            target = policy.network_target(a["host"], a["port"])
+            if target in asked:
+                continue
+            if len(asked) >= MAX_QUESTIONS:
+                a["reason"] = f"not asked: more than {MAX_QUESTIONS} new hosts in one command"
+                continue
+            asked[target] = a
+        s.append(*[s.event(EventKind.NETWORK_CONNECTION, a) for a in attempts])
         if not asked:
             return []
         calls = [

@@ -26,7 +26,8 @@ Under abuse (agents/sandbox/addresses.py does the checks):
   cloud metadata endpoint;
 - at most MAX_OPEN connections are open at once and MAX_PER_COMMAND are made per command (more
   are answered 503 at once, without a thread, and counted), a request head is cut off after
-  MAX_REQUEST_HEAD bytes, and a connection idle for `timeout` seconds is closed.
+  MAX_REQUEST_HEAD bytes, at most MAX_BUFFERED bytes wait for a side that does not read (each
+  way), and a connection idle for `timeout` seconds is closed.
 
 The HTTP machinery is proxy.py's (its HttpProtocolHandler and plugin hooks, run in threads of
 this process so the callbacks are plain Python calls). Pure Python, no Django: the runtime wires
@@ -66,6 +67,7 @@ DECISIONS = ("allow", "deny", "ask")
 MAX_OPEN = 32
 MAX_PER_COMMAND = 256
 MAX_REQUEST_HEAD = 64 * 1024
+MAX_BUFFERED = 1024 * 1024  # bytes held for a side that does not read, each way
 MAX_RECORDED_HOST = 300
 
 log = logging.getLogger(__name__)
@@ -144,7 +146,7 @@ class EgressProxy:
             self._flags = FlagParser.initialize(
                 [],
                 plugins=[_PolicyPlugin],
-                work_klass=HttpProtocolHandler,
+                work_klass=_Handler,
                 threaded=True,
                 threadless=False,
                 num_acceptors=1,
@@ -319,6 +321,36 @@ def _waiting(server: socket.socket, timeout: float) -> bool:
     return bool(poller.poll(timeout * 1000))
 
 
+def _drain(conn: Any, timeout: float) -> bool:
+    """Send what `conn` (a proxy.py connection) holds until at most MAX_BUFFERED is left;
+    False when its peer has read nothing for `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while sum(len(chunk) for chunk in conn.buffer) > MAX_BUFFERED:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        poller = select.poll()
+        poller.register(conn.connection, select.POLLOUT)
+        if not poller.poll(left * 1000):
+            return False
+        try:
+            conn.flush()
+        except OSError:
+            return False
+    return True
+
+
+class _Handler(HttpProtocolHandler):  # type: ignore[misc]
+    """proxy.py's HTTP handler, telling the connection who handles it (its plugin holds the
+    upstream connection, whose backlog the connection's reads wait on)."""
+
+    def initialize(self) -> None:
+        super().initialize()
+        conn = self.work.connection
+        if isinstance(conn, _Counted):
+            conn.handler = self
+
+
 def _plugin_base() -> type:
     return HttpProxyBasePlugin
 
@@ -345,8 +377,11 @@ class _PolicyPlugin(_plugin_base()):  # type: ignore[misc]
         if problem is None and not 0 < port < 65536:
             problem = f"{port} is not a port (1-65535)"
         if problem is not None:
-            counted.settle(host[:MAX_RECORDED_HOST], port, "invalid", f"{problem}")
-            raise _rejected(host, port, "invalid", problem)
+            # Kept escaped and short: the log and the terminals that show it get no control
+            # characters and no 19 kB name.
+            shown = host.encode("unicode_escape").decode("ascii")[:MAX_RECORDED_HOST]
+            counted.settle(shown, port, "invalid", problem)
+            raise _rejected(shown, port, "invalid", problem)
         host = addresses.normal_host(host)
         decision = self.egress.ask(host, port)
         reason = ""
@@ -369,6 +404,15 @@ class _PolicyPlugin(_plugin_base()):  # type: ignore[misc]
         if self.address is None:  # never reached without a checked address; refuse all the same
             raise OSError("no checked address for this connection")
         return self.address, None
+
+    def handle_upstream_chunk(self, chunk: Any) -> Any:
+        # proxy.py reads the upstream whether or not the sandbox reads what it was sent: hold
+        # at most MAX_BUFFERED for it, waiting (this connection's own thread) for it to read.
+        if not _drain(self.client, self.egress.timeout):
+            with contextlib.suppress(OSError):
+                self.client.connection.raw.shutdown(socket.SHUT_RDWR)
+            return None
+        return chunk
 
     def on_access_log(self, context: dict[str, Any]) -> dict[str, Any] | None:
         return None  # no access log line of proxy.py's own; the report is made on close
@@ -400,11 +444,17 @@ class _Counted:
         self.reason = ""
         self.reported = False
         self.closed = False
+        self.handler: Any = None  # proxy.py's handler of this connection (see _Handler)
 
     def settle(self, host: str, port: int, decision: str, reason: str = "") -> None:
         self.target, self.decision, self.reason = (host, port), decision, reason
 
     def recv(self, size: int, *flags: int) -> bytes:
+        # The same the other way: an upstream that does not read holds up the sandbox's side.
+        upstream = getattr(getattr(self.handler, "plugin", None), "upstream", None)
+        live = upstream is not None and not upstream.closed and self.proxy is not None
+        if live and not _drain(upstream, self.proxy.timeout):  # type: ignore[union-attr]
+            return b""
         data = self.raw.recv(size, *flags)
         self.received += len(data)
         if self.target is None and self.received > MAX_REQUEST_HEAD:
