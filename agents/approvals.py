@@ -7,7 +7,9 @@ discarded by a rewind), each step an `approval.*` event.
   exactly one wins and the other is told who was first. When the last pending approval of a run
   is decided, the run goes back to the queue; no worker waited meanwhile.
 - **expire**: a pending approval past its expiry counts as denied; its run pauses.
-- **discard**: a rewind discards the pending approvals of the branch it abandons.
+- **discard**: a rewind discards the pending approvals of the branch it abandons, and a run's
+  end (cancelled, failed, succeeded; `lifecycle.transition`) discards all of its own
+  (agents/approval_endings.py). A decision on an ended run is refused, saying why.
 
 Every ending writes `approval.decided` with the same payload (`decided_payload`), so the inbox,
 the header's count and the log always agree.
@@ -25,6 +27,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import eventlog, inputs, lifecycle, notifications, policy, sandbox, services
+from agents.approval_endings import (  # noqa: F401 (discard_*: part of this module's surface)
+    decided_payload,
+    discard_of_ended_runs,
+    discard_pending,
+)
 from agents.eventlog import NewEvent
 from agents.jobs import enqueue
 from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
@@ -38,20 +45,12 @@ class NotAllowed(ApprovalError):
     pass
 
 
+class RunEnded(ApprovalError):
+    """The approval's run has ended: nothing it asked can be decided any more (a conflict)."""
+
+
 def can_decide(user) -> bool:
     return user is not None and user.is_active and user.has_perm("agents.decide_approval")
-
-
-def decided_payload(approval: Approval, decision: str, comment: str = "", **extra) -> dict:
-    """The payload of every `approval.decided` event, whoever or whatever decided."""
-    return {
-        "approval_id": approval.pk,
-        "tool_use_id": approval.tool_use_id,
-        "tool": approval.tool_name,
-        "decision": decision,
-        "comment": comment,
-        **extra,
-    }
 
 
 # --- request --------------------------------------------------------------------------------
@@ -210,6 +209,14 @@ def decide(
         # The run row first, as the worker does before it starts waiting: the two serialise, so
         # a decision can never slip between the worker's last look and its going to sleep.
         run = Run.objects.select_for_update().get(pk=approval.run_id)
+        if not run.is_live:
+            approval.refresh_from_db()
+            if approval.status != ApprovalStatus.PENDING:
+                raise _refused(approval)  # who decided it says more than that the run ended
+            raise RunEnded(
+                f"run {run.pk} is {run.status}: approval {approval.pk} can no longer be "
+                "decided (what a run asked ends with it)"
+            )
         won = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
             status=status,
             decided_by=user,
@@ -340,26 +347,3 @@ def expire_due(now=None) -> list[int]:
                 )
             expired.append(approval.pk)
     return expired
-
-
-def discard_pending(run_id: int, *, reason: str, actor: str) -> list[int]:
-    """End a run's pending approvals without a decision (a rewind abandoned the calls they
-    asked about): status `discarded` and an `approval.decided` event each. Call it inside the
-    transaction that abandons them."""
-    now = timezone.now()
-    discarded = []
-    for approval in Approval.objects.filter(run_id=run_id).pending():
-        if (
-            Approval.objects.filter(pk=approval.pk)
-            .pending()
-            .update(status=ApprovalStatus.DISCARDED, decided_at=now, comment=reason)
-        ):
-            eventlog.append(
-                run_id,
-                EventKind.APPROVAL_DECIDED,
-                decided_payload(approval, ApprovalStatus.DISCARDED, reason),
-                actor=actor,
-                session_id=approval.session_id,
-            )
-            discarded.append(approval.pk)
-    return discarded
