@@ -17,6 +17,7 @@ the header's count and the log always agree.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 from datetime import timedelta
@@ -34,7 +35,7 @@ from agents.approval_endings import (  # noqa: F401 (discard_*: part of this mod
 )
 from agents.eventlog import NewEvent
 from agents.jobs import enqueue
-from agents.models import Approval, ApprovalStatus, EventKind, Run, RunStatus
+from agents.models import Approval, ApprovalStatus, Event, EventKind, Run, RunStatus
 
 
 class ApprovalError(ValueError):
@@ -54,6 +55,41 @@ def can_decide(user) -> bool:
 
 
 # --- request --------------------------------------------------------------------------------
+def flood(run: Run, asking: int) -> str:
+    """Why asking a person about `asking` more calls now would flood the inbox, or "".
+
+    One command (a turn's calls, or a command's new hosts) asks about at most
+    APPROVALS_PER_COMMAND at once, and a run about at most APPROVALS_PER_RUN since a person last
+    resumed it: past either the caller asks nothing, tells the agent, and pauses the run with
+    this as its reason (a person resuming it starts the run's count again)."""
+    per_command = settings.SHIFTLOG["APPROVALS_PER_COMMAND"]
+    if per_command and asking > per_command:
+        return (
+            f"one command asked for {asking} approvals at once (at most {per_command}, "
+            "SHIFTLOG_APPROVALS_PER_COMMAND); none were asked. Look at what the run is doing, "
+            "add rules for what it may do, then resume it"
+        )
+    per_run = settings.SHIFTLOG["APPROVALS_PER_RUN"]
+    if not per_run:
+        return ""
+    since = (
+        Event.objects.filter(
+            run_id=run.pk, kind=EventKind.RUN_STATUS, payload__from=RunStatus.PAUSED
+        )
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+    asked = Approval.objects.filter(run_id=run.pk, seq__gt=since).count()
+    if asked + asking > per_run:
+        return (
+            f"the run asked for {asked + asking} approvals since it was last resumed (at most "
+            f"{per_run}, SHIFTLOG_APPROVALS_PER_RUN); these {asking} were not asked. Look at "
+            "what the run is doing, add rules for what it may do, then resume it"
+        )
+    return ""
+
+
 def request(
     run: Run,
     calls: list[tuple[str, str, dict[str, Any], str]],
@@ -203,6 +239,23 @@ def decide(
     if allow_similar and not approve:
         raise ApprovalError("allow-similar goes with an approval")
     status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
+    try:
+        _decide(approval, user, status, comment, edited_input, allow_similar)
+    except (services.RunError, lifecycle.IllegalTransition) as e:
+        raise ApprovalError(str(e)) from None  # the state moved under the decision: a 4xx
+    approval.refresh_from_db()
+    return approval
+
+
+def _decide(
+    approval: Approval,
+    user,
+    status: str,
+    comment: str,
+    edited_input: dict[str, Any] | None,
+    allow_similar: bool,
+) -> None:
+    approve = status == ApprovalStatus.APPROVED
     now = timezone.now()
     actor = f"user:{user.get_username()}"
     with transaction.atomic():
@@ -240,29 +293,33 @@ def decide(
             session_id=approval.session_id,
         )
         if not approve and approval.tool_name == policy.NETWORK_TOOL:
-            # Denying a host denies it for the run: the agent is not asked about it again.
-            services.add_rule(
-                approval.run_id,
-                policy.network_rule(
-                    str(approval.tool_input.get("host", "")),
-                    approval.tool_input.get("port"),
-                    "deny",
-                ),
-                actor=actor,
-                because=f"denied with approval {approval.pk}: {comment}",
-            )
+            # Denying a host denies it for the run: the agent is not asked about it again
+            # (unless the run's policy is full: the denial stands, the host may be asked again).
+            with contextlib.suppress(services.RunError):
+                services.add_rule(
+                    approval.run_id,
+                    policy.network_rule(
+                        str(approval.tool_input.get("host", "")),
+                        approval.tool_input.get("port"),
+                        "deny",
+                    ),
+                    actor=actor,
+                    because=f"denied with approval {approval.pk}: {comment}",
+                )
         if allow_similar:
             rule = policy.similar_rule(approval.tool_name, edited_input or approval.tool_input)
-            services.add_rule(
-                approval.run_id,
-                rule,
-                actor=actor,
-                because=f"allow similar to approval {approval.pk}: {rule['note']}",
-            )
+            try:
+                services.add_rule(
+                    approval.run_id,
+                    rule,
+                    actor=actor,
+                    because=f"allow similar to approval {approval.pk}: {rule['note']}",
+                )
+            except services.RunError as e:
+                # Nothing is decided: the person may approve without "similar".
+                raise ApprovalError(f"{e}; approve this call alone instead") from None
             _approve_matching(approval.run_id, user, actor)
         _resume_if_all_decided(run, actor)
-    approval.refresh_from_db()
-    return approval
 
 
 def _valid_edit(approval: Approval, edited: Any) -> dict[str, Any]:

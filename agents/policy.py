@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents import schemas, shell
+from agents import patterns, schemas, shell
 
 ACTIONS = ("allow", "ask", "deny")
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_files", "save_artifact"})
@@ -268,10 +268,11 @@ def validate(rules: Any) -> list[dict[str, Any]]:
             if not isinstance(pattern, str):
                 raise PolicyError(f"rule {i + 1}: pattern must be a string")
             try:
-                re.compile(pattern)
-            except re.error as e:
+                patterns.compile_pattern(pattern)
+            except patterns.PatternError as e:
                 raise PolicyError(
-                    f"rule {i + 1}: pattern {pattern!r} is not a valid regular expression: {e}"
+                    f"rule {i + 1}: pattern {pattern[:200]!r} is not a valid regular "
+                    f"expression: {e}"
                 ) from None
         if rule.get("note") is not None and not isinstance(rule["note"], str):
             raise PolicyError(f"rule {i + 1}: note must be a string")
@@ -288,6 +289,16 @@ def validate(rules: Any) -> list[dict[str, Any]]:
             raise PolicyError(f"a tool policy: {schemas.describe(problem, whole='it')}")
         raise PolicyError(f"rule {path[0] + 1}: {schemas.describe(problem, skip=1, whole='it')}")
     return cleaned
+
+
+def check_length(rules: list[dict[str, Any]]) -> None:
+    """The published bound on a policy's length, for a policy grown one rule at a time (its
+    rules each validated already)."""
+    most = schemas.schema("policy")["maxItems"]
+    if len(rules) > most:
+        raise PolicyError(
+            f"the run's tool policy is full (at most {most} rules): this rule was not added"
+        )
 
 
 def _validate_similar(n: int, rule: dict[str, Any]) -> dict[str, Any]:
@@ -370,11 +381,17 @@ def _label(rule: dict[str, Any]) -> str:
 
 
 def _pattern_matches(pattern: str, action: str, text: str, script: shell.Script | None) -> bool:
-    if re.search(pattern, text):
+    """RE2 (agents/patterns.py): no pattern hangs a worker; one it cannot read errs towards a
+    person (an allow never matches, a deny or ask always does)."""
+    unreadable = action != "allow"
+    if patterns.search_or(pattern, text, unreadable=unreadable):
         return True
     if action == "allow" or script is None:
         return False
-    return any(re.search(pattern, c.canonical()) for c in script.commands)
+    return any(
+        patterns.search_or(pattern, c.canonical(), unreadable=unreadable)
+        for c in script.commands
+    )
 
 
 def _vouches(pattern: str, script: shell.Script) -> bool:
@@ -388,7 +405,8 @@ def _vouches(pattern: str, script: shell.Script) -> bool:
         return True
     for command in script.commands:
         if _command_risks(command, script) and not (
-            re.search(pattern, command.source) or re.search(pattern, command.canonical())
+            patterns.search_or(pattern, command.source, unreadable=False)
+            or patterns.search_or(pattern, command.canonical(), unreadable=False)
         ):
             return False
     return not any(
@@ -639,6 +657,8 @@ def decide_network(rules: list[dict[str, Any]], host: str, port: int) -> Decisio
         if rule["tool"] not in (NETWORK_TOOL, "*") or "program" in rule:
             continue
         pattern = rule.get("pattern")
-        if pattern is None or re.search(pattern, target):
+        if pattern is None or patterns.search_or(
+            pattern, target, unreadable=rule["action"] != "allow"
+        ):
             return Decision(rule["action"], rule.get("note") or _label(rule), rule)
     return Decision("ask", f"a connection to {target} is new to this run")

@@ -164,3 +164,251 @@ def test_approvals_an_older_version_left_on_ended_runs_are_refused_and_swept(bos
 
     reaper.reap()
     assert_nothing_waits(run, boss)
+
+
+# --- 5: flooding -------------------------------------------------------------------------------
+@pytest.fixture
+def caps(settings):
+    def set_caps(per_command: int = 20, per_run: int = 100) -> None:
+        settings.SHIFTLOG = {
+            **settings.SHIFTLOG,
+            "APPROVALS_PER_COMMAND": per_command,
+            "APPROVALS_PER_RUN": per_run,
+        }
+
+    return set_caps
+
+
+def results(run: Run) -> list[dict]:
+    return [e.payload for e in Event.objects.filter(run=run, kind="tool.result").order_by("seq")]
+
+
+def test_one_turn_asking_past_the_cap_asks_nobody_and_pauses_saying_why(boss, caps):
+    caps(per_command=3)
+    flood = {
+        "tool_calls": [
+            call("write_file", path="ok.txt", content="ok"),
+            *[call("bash", command=f"rm -rf build{i}") for i in range(4)],
+        ]
+    }
+    run = drive_until_idle(make_run(created_by=boss, turns=[flood, finish_turn()]))
+    assert run.status == RunStatus.PAUSED
+    assert "one command asked for 4 approvals at once (at most 3" in run.status_reason
+    assert not Approval.objects.filter(run=run).exists()
+    assert (run.workspace_path / "ok.txt").read_text() == "ok"  # the allowed call ran
+    refused = results(run)[1:]
+    assert len(refused) == 4 and all(
+        r["is_error"] and r["output"].startswith("Not asked of a person") for r in refused
+    )
+    services.resume_run(run.pk, actor="user:bea")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert len(results(run)) == 1 + 4 + 1  # nothing refused is planned again after the resume
+
+
+def test_a_run_asking_past_its_cap_pauses_and_a_persons_resume_starts_the_count_again(boss, caps):
+    caps(per_run=2)
+    risky = [{"tool_calls": [call("bash", command=f"rm -rf b{i}")]} for i in range(4)]
+    run = drive_until_idle(make_run(created_by=boss, turns=[*risky, finish_turn()]))
+    for _ in range(2):
+        assert run.status == RunStatus.AWAITING_APPROVAL
+        approvals.decide(run.approvals.get(status="pending").pk, user=boss, approve=True)
+        run = drive_until_idle(run)
+    assert run.status == RunStatus.PAUSED
+    assert "the run asked for 3 approvals since it was last resumed (at most 2" in (
+        run.status_reason
+    )
+    assert run.approvals.count() == 2
+    services.resume_run(run.pk, actor="user:bea")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.AWAITING_APPROVAL  # the next call is asked again
+    assert run.approvals.filter(status="pending").count() == 1
+
+
+def test_a_command_reaching_more_new_hosts_than_the_cap_asks_nobody_and_pauses(
+    boss, caps, settings
+):
+    from agents.sandbox import isolation_available
+
+    if isolation_available() != "bwrap":
+        pytest.skip("bubblewrap is not usable here: no egress proxy")
+    caps(per_command=3)
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "EGRESS_ALLOW_PRIVATE": True}
+    many = "for p in 1 2 3 4 5; do curl -s -m 5 -o /dev/null http://127.0.0.2:$p/; done; echo done"
+    run = drive_until_idle(
+        make_run(
+            created_by=boss,
+            turns=[{"tool_calls": [call("bash", command=many)]}, finish_turn()],
+            tool_policy=[{"tool": "bash", "action": "allow"}],
+        )
+    )
+    assert run.status == RunStatus.PAUSED, run.status_reason
+    assert "one command asked for 5 approvals at once (at most 3" in run.status_reason
+    assert not Approval.objects.filter(run=run).exists()
+    told = Event.objects.get(run=run, kind="harness.message", payload__reason="approval_flood")
+    assert "Connections to 5 new hosts were refused" in told.payload["text"]
+    services.resume_run(run.pk, actor="user:bea")
+    assert drive_until_idle(run).status == RunStatus.SUCCEEDED
+
+
+def pending_rows(run: Run, n: int, *, tool: str = "bash") -> list[Approval]:
+    """`n` waiting calls of `run`, as many turns' asks would leave them."""
+    return [
+        Approval.objects.create(
+            run=run,
+            tool_use_id=f"toolu_{run.pk}_{i}",
+            tool_name=tool,
+            tool_input={"command": f"rm -rf part{i}"}
+            if tool == "bash"
+            else {"host": f"h{i}.example", "port": 443},
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_inbox_is_paged_and_one_run_cannot_bury_anothers_cards(boss):
+    from dashboard import inbox
+
+    flooder = make_run(created_by=boss, goal="floods")
+    pending_rows(flooder, 120)
+    quiet = make_run(created_by=boss, goal="asks once")
+    (theirs,) = pending_rows(quiet, 1)
+    web = client_for(boss)
+    page = web.get("/approvals/").content.decode()
+    assert f'id="approval-{theirs.pk}"' in page  # the later run's one call is on the first page
+    assert page.count('class="approval a-pending"') == inbox.CARDS_PER_RUN + 1
+    assert f"{120 - inbox.CARDS_PER_RUN} more waiting in run {flooder.pk}" in page
+    assert len(page) < 200_000
+    assert 'id="approval-count"' in page and ">121</span>" in page  # the header counts them all
+    one_run = web.get(f"/approvals/?run={flooder.pk}").content.decode()
+    assert one_run.count('class="approval a-pending"') == inbox.CARDS_PER_RUN_PAGE
+    last = web.get(f"/approvals/?run={flooder.pk}&page=3").content.decode()
+    assert last.count('class="approval a-pending"') == 120 - 2 * inbox.CARDS_PER_RUN_PAGE
+    for bad in ("?page=abc", "?page=-1", "?page=99999999999999999999", "?run=x", "?run=0"):
+        assert web.get(f"/approvals/{bad}").status_code == 200, bad
+
+
+def test_the_inbox_pages_its_runs(boss):
+    from dashboard import inbox
+
+    runs = [make_run(created_by=boss, goal=f"run {i}") for i in range(inbox.RUNS_PER_PAGE + 3)]
+    for run in runs:
+        pending_rows(run, 1)
+    web = client_for(boss)
+    first = web.get("/approvals/").content.decode()
+    second = web.get("/approvals/?page=2").content.decode()
+    assert first.count('class="approval-run"') == inbox.RUNS_PER_PAGE
+    assert second.count('class="approval-run"') == 3
+    assert f'id="approval-run-{runs[0].pk}"' in first  # the run waiting longest first
+    assert f'id="approval-run-{runs[-1].pk}"' in second
+
+
+def test_a_policy_change_is_recorded_as_the_rule_added_and_a_full_policy_never_fails_a_decision(
+    boss,
+):
+    full = [
+        {"tool": "network", "action": "deny", "pattern": f"^h{i}\\.example:"} for i in range(500)
+    ]
+    run = waiting(created_by=boss, tool_policy=full[:499])
+    hosts = pending_rows(run, 3, tool="network")
+    web = client_for(boss)
+    # Denying a host adds a rule: the event holds that rule, not the whole policy again.
+    r = web.post(f"/approvals/{hosts[0].pk}/decide", {"decision": "deny", "comment": "no"})
+    assert r.status_code == 302
+    change = Event.objects.filter(run=run, kind="run.updated").latest("seq")
+    assert set(change.payload) == {"rule_added", "rules", "because"}
+    assert change.payload["rules"] == 500 and len(json.dumps(change.payload)) < 1_000
+    # The policy is full: the next denial still stands (the host is not remembered), no 500.
+    r = web.post(
+        f"/approvals/{hosts[1].pk}/decide",
+        {"decision": "deny", "comment": "no"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert r.status_code == 200 and Approval.objects.get(pk=hosts[1].pk).status == "denied"
+    # "Allow for this run" on a full policy: refused with the reason, nothing decided.
+    r = web.post(
+        f"/approvals/{hosts[2].pk}/decide", {"decision": "approve-for-run"}, HTTP_HX_REQUEST="true"
+    )
+    assert r.status_code == 200 and "tool policy is full" in r.content.decode()
+    assert Approval.objects.get(pk=hosts[2].pk).status == "pending"
+    _, token = ApiToken.issue(boss, ["read", "decide"])
+    from django.test import Client
+
+    r = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+        f"/api/v1/approvals/{hosts[2].pk}/decision",
+        json.dumps({"decision": "approve", "allow_similar": True}),
+        content_type="application/json",
+    )
+    assert r.status_code == 422 and "tool policy is full" in r.json()["detail"]
+
+
+# --- 12: patterns that would hang a worker ----------------------------------------------------
+EVIL = "(a+)+$"  # exponential on `re` against many a's and a b
+BAIT = "a" * 40 + "b"
+
+
+@pytest.mark.timeout(60)
+def test_a_catastrophic_policy_pattern_decides_at_once_on_the_agents_text(boss):
+    from agents import policy
+
+    rules = policy.validate(
+        [
+            {"tool": "bash", "action": "deny", "pattern": EVIL},
+            {"tool": "network", "action": "deny", "pattern": EVIL},
+            {"tool": "bash", "action": "allow", "pattern": "(x+x+)+y"},
+        ]
+    )
+    assert policy.decide(rules, "bash", {"command": f"echo {BAIT * 1000}"}).action != "deny"
+    assert policy.decide(rules, "bash", {"command": f"echo {'x' * 5000}"}).action == "allow"
+    assert policy.decide_network(rules, BAIT * 100, 443).action == "ask"
+    # And in a real run: the agent's command against the run's policy, in the worker.
+    run = drive_until_idle(
+        make_run(
+            created_by=boss,
+            tool_policy=[{"tool": "bash", "action": "deny", "pattern": EVIL}],
+            turns=[{"tool_calls": [call("bash", command=f"echo {BAIT}")]}, finish_turn()],
+        )
+    )
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+
+
+@pytest.mark.timeout(60)
+def test_a_catastrophic_script_branch_pattern_is_decided_at_once():
+    from agents.providers.script_branches import Seen, holds
+
+    assert holds({"note": EVIL}, Seen(notes=[BAIT * 100])) is None
+    assert holds({"note": "(?i)A+$"}, Seen(notes=["aaa"])) == {"note": "aaa"}
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"(a)\1", r"^(?=.*rm)", r"(?<!x)rm", r"(?!curl)", "(a{500}){500}"]
+)
+def test_patterns_that_cannot_run_in_linear_time_are_refused_when_saved(boss, pattern):
+    rules = [{"tool": "bash", "action": "deny", "pattern": pattern}]
+    with pytest.raises(services.RunError, match="RE2"):
+        make_run(created_by=boss, tool_policy=rules)
+    run = make_run(created_by=boss)
+    with pytest.raises(services.RunError, match="not a valid regular expression"):
+        services.set_policy(run.pk, rules, actor="user:bea")
+    _, token = ApiToken.issue(boss, ["read", "write"])
+    from django.test import Client
+
+    r = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+        "/api/v1/runs",
+        json.dumps({"goal": "g", "checks": ["true"], "tool_policy": rules}),
+        content_type="application/json",
+    )
+    assert r.status_code == 422 and "RE2" in r.content.decode(), r.content
+
+
+def test_a_stored_pattern_re2_refuses_errs_towards_a_person(boss):
+    """A policy saved before the check: its deny rule still denies, its allow rule allows
+    nothing."""
+    from agents import policy
+
+    deny = [{"tool": "bash", "action": "deny", "pattern": r"(?=rm)"}]
+    allow = [{"tool": "bash", "action": "allow", "pattern": r"^(?=.*)rm"}]
+    assert policy.decide(deny, "bash", {"command": "ls"}).action == "deny"
+    assert policy.decide(allow, "bash", {"command": "rm -rf /"}).action == "ask"
+    network_deny = [{**deny[0], "tool": "network"}]
+    assert policy.decide_network(network_deny, "x.org", 443).action == "deny"

@@ -15,13 +15,13 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 
 from agents import approvals, policy
-from agents.models import Approval, ApprovalStatus, Event, EventKind
-from agents.runtime.slice import Slice
+from agents.models import Approval, ApprovalStatus, Event, EventKind, RunStatus
+from agents.runtime.slice import Slice, SliceOver, SliceResult
 from agents.sandbox.egress import EgressProxy
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ class Network:
                 asked.setdefault(policy.network_target(a["host"], a["port"]), a)
         if not asked:
             return []
+        flood = approvals.flood(s.run, len(asked))
+        if flood:
+            self._refuse_flood(flood, len(asked))
         calls = [
             (
                 f"network:{target}:{s.known_seq}",
@@ -110,6 +113,22 @@ class Network:
         )
         s.absorb(appended)
         return list(created.values())
+
+    def _refuse_flood(self, flood: str, hosts: int) -> NoReturn:
+        """Too many new hosts to ask about: none is asked, the agent is told, the run pauses
+        with the reason (connections to them were refused already)."""
+        s = self.s
+        text = (
+            f"Connections to {hosts} new hosts were refused and not asked of a person: {flood}. "
+            "Ask for fewer hosts at once."
+        )
+        appended = s.append(
+            s.event(EventKind.HARNESS_MESSAGE, {"text": text, "reason": "approval_flood"})
+        )
+        s.conv.add_text(appended.events[0].seq, text)
+        s.transition(RunStatus.PAUSED, reason=f"paused: {flood}", expect={RunStatus.RUNNING})
+        s.suspend_session()
+        raise SliceOver(SliceResult.PAUSED)
 
     # --- when the run goes on -------------------------------------------------------------
     def tell_decisions(self) -> None:
