@@ -341,11 +341,17 @@ def decide(
     tool_input: dict[str, Any],
     *,
     workspace: Path | str | None = None,
+    sandboxed: bool = False,
 ) -> Decision:
     """The first matching rule's action, else the classifier's for bash, else allow.
 
     `workspace` is the run's workspace folder: absolute paths inside it count as inside, and
-    symbolic links in it are followed. Without it, every absolute path counts as outside."""
+    symbolic links in it are followed. Without it, every absolute path counts as outside.
+    `sandboxed`: the command runs in bubblewrap (only the workspace writable, no network but
+    through the run's proxy, which asks about each new host; the workspace rewindable), where
+    code the classifier cannot read (`python -c`, `node -e`, `sh -c`) is no more a reason to
+    ask than `python script.py`; what it can read as risky (deletes, writes outside the
+    workspace, the network, the system) still asks."""
     text = subject(tool, tool_input)
     script = shell.parse(text, workspace=workspace) if tool == "bash" else None
     for rule in rules:
@@ -365,8 +371,11 @@ def decide(
         return Decision(rule["action"], _label(rule), rule)
     if script is not None:
         risks = classify(script)
+        readable = [r for r in risks if not r.startswith(OPAQUE)] if sandboxed else risks
+        if readable:
+            return Decision("ask", "risky command: " + ", ".join(readable))
         if risks:
-            return Decision("ask", "risky command: " + ", ".join(risks))
+            return Decision("allow", f"runs in the sandbox, though it {risks[0]}")
     return Decision("allow", "no rule matched")
 
 
@@ -389,8 +398,7 @@ def _pattern_matches(pattern: str, action: str, text: str, script: shell.Script 
     if action == "allow" or script is None:
         return False
     return any(
-        patterns.search_or(pattern, c.canonical(), unreadable=unreadable)
-        for c in script.commands
+        patterns.search_or(pattern, c.canonical(), unreadable=unreadable) for c in script.commands
     )
 
 

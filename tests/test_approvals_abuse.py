@@ -412,3 +412,104 @@ def test_a_stored_pattern_re2_refuses_errs_towards_a_person(boss):
     assert policy.decide(allow, "bash", {"command": "rm -rf /"}).action == "ask"
     network_deny = [{**deny[0], "tool": "network"}]
     assert policy.decide_network(network_deny, "x.org", 443).action == "deny"
+
+
+# --- 7: ask less, where it is safe --------------------------------------------------------------
+def needs_sandbox() -> None:
+    from agents.sandbox import isolation_available
+
+    if isolation_available() != "bwrap":
+        pytest.skip("bubblewrap is not usable here")
+
+
+OPAQUE_CALLS = [
+    "python3 -c 'import json; print(json.dumps([1]))'",
+    "node -e 'console.log(1)' || true",
+    "sh -c 'echo made > made.txt'",
+    "python3 - <<'PY'\nprint('from stdin')\nPY",
+]
+
+
+def opaque_run(**kwargs) -> Run:
+    turns = [{"tool_calls": [call("bash", command=c)]} for c in OPAQUE_CALLS]
+    return make_run(turns=[*turns, finish_turn()], checks=["test -f made.txt"], **kwargs)
+
+
+def test_in_the_sandbox_code_the_classifier_cannot_read_runs_without_asking(boss):
+    needs_sandbox()
+    run = drive_until_idle(opaque_run(created_by=boss))
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert not run.approvals.exists()
+    assert (run.workspace_path / "made.txt").read_text() == "made\n"
+
+
+def test_without_the_sandbox_or_when_the_operator_says_so_opaque_code_still_asks(boss, settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "ISOLATION": "subprocess", "ALLOW_UNISOLATED": True}
+    run = drive_until_idle(opaque_run(created_by=boss))
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    assert (
+        "python3 -c runs code given as text"
+        in Event.objects.get(run=run, kind="approval.requested").payload["reason"]
+    )
+    needs_sandbox()
+    settings.SHIFTLOG = {
+        **settings.SHIFTLOG,
+        "ISOLATION": "",
+        "ALLOW_UNISOLATED": False,
+        "ASK_OPAQUE_IN_SANDBOX": True,
+    }
+    assert drive_until_idle(opaque_run(created_by=boss)).status == RunStatus.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize(
+    "command, why",
+    [
+        ("python3 -c 'print(1)'; rm -rf /etc", "deletes widely"),
+        ("sh -c 'true' && cp made.txt /usr/local/bin/x", "writes outside the workspace"),
+        ("node -e '1' ; curl -s https://example.org", "reaches the network"),
+        ("sudo python3 -c 'print(1)'", "changes permissions or the system"),
+    ],
+)
+def test_in_the_sandbox_what_the_classifier_reads_as_risky_still_asks(boss, command, why):
+    needs_sandbox()
+    run = drive_until_idle(
+        make_run(created_by=boss, turns=[{"tool_calls": [call("bash", command=command)]}])
+    )
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    asked = Event.objects.get(run=run, kind="approval.requested").payload["reason"]
+    assert why in asked
+
+
+def test_in_the_sandbox_opaque_code_reaching_a_new_host_is_asked_at_the_proxy(boss, settings):
+    needs_sandbox()
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "EGRESS_ALLOW_PRIVATE": True}
+    reach = (
+        "python3 -c \"import urllib.request as u\ntry: u.urlopen('http://127.0.0.2:9/', "
+        'timeout=5)\nexcept Exception as e: print(e)"'
+    )
+    run = drive_until_idle(
+        make_run(created_by=boss, turns=[{"tool_calls": [call("bash", command=reach)]}])
+    )
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    (asked,) = run.approvals.all()
+    assert (asked.tool_name, asked.tool_input) == ("network", {"host": "127.0.0.2", "port": 9})
+
+
+def test_an_external_agents_opaque_code_still_asks(boss):
+    """An external agent runs its commands on its own machine, outside our sandbox."""
+    from django.test import Client
+
+    _, token = ApiToken.issue(boss, ["read", "write"])
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    created = api.post(
+        "/api/v1/runs",
+        json.dumps({"goal": "g", "checks": ["true"], "provider": "external"}),
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.content
+    r = api.post(
+        f"/api/v1/runs/{created.json()['id']}/tool-calls",
+        json.dumps({"tool": "Bash", "input": {"command": "python -c 'import freezegun'"}}),
+        content_type="application/json",
+    )
+    assert r.json()["decision"] == "ask", r.content

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from agents import approvals, policy, protected_paths, sandbox
@@ -91,6 +92,17 @@ class Gate:
             workspace=self.s.workspace,
             protected=run.protected,
             protected_action=run.protected_action,
+            sandboxed=self.sandboxed,
+        )
+
+    @property
+    def sandboxed(self) -> bool:
+        """The run's commands run in our bubblewrap here (an external agent's run on its own
+        machine: never), and the operator has not asked to be asked about opaque code anyway."""
+        return (
+            self.s.isolation == "bwrap"
+            and not self.s.run.is_external
+            and not settings.SHIFTLOG["ASK_OPAQUE_IN_SANDBOX"]
         )
 
     # --- a person's decision ------------------------------------------------------------
