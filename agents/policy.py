@@ -268,7 +268,9 @@ def validate(rules: Any) -> list[dict[str, Any]]:
             if not isinstance(pattern, str):
                 raise PolicyError(f"rule {i + 1}: pattern must be a string")
             try:
-                patterns.compile_pattern(pattern)
+                # An allow-similar rule of an earlier version is read as one, never searched.
+                if _as_similar({**rule, "tool": tool, "action": action}) is None:
+                    patterns.compile_pattern(pattern)
             except patterns.PatternError as e:
                 raise PolicyError(
                     f"rule {i + 1}: pattern {pattern[:200]!r} is not a valid regular "

@@ -513,3 +513,21 @@ def test_an_external_agents_opaque_code_still_asks(boss):
         content_type="application/json",
     )
     assert r.json()["decision"] == "ask", r.content
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python -X importtime -c 'import os'",
+        "python3 -W ignore -c 'print(1)'",
+        "node -r ./setup.js -e 'process.exit(0)'",
+        "ruby -r json -e 'puts 1'",
+    ],
+)
+def test_without_the_sandbox_an_option_value_does_not_hide_code_given_as_text(command):
+    """`python -X importtime -c CODE` was read as running a script named "importtime"."""
+    from agents import policy
+
+    decision = policy.decide([], "bash", {"command": command})
+    assert decision.action == "ask" and "runs code given as text" in decision.reason
+    assert policy.decide([], "bash", {"command": command}, sandboxed=True).action == "allow"
