@@ -531,3 +531,32 @@ def test_without_the_sandbox_an_option_value_does_not_hide_code_given_as_text(co
     decision = policy.decide([], "bash", {"command": command})
     assert decision.action == "ask" and "runs code given as text" in decision.reason
     assert policy.decide([], "bash", {"command": command}, sandboxed=True).action == "allow"
+
+
+def test_an_external_agent_asking_past_the_runs_cap_is_denied_and_the_run_pauses(boss, caps):
+    from django.test import Client
+
+    caps(per_run=1)
+    _, token = ApiToken.issue(boss, ["read", "write"])
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    run_id = api.post(
+        "/api/v1/runs",
+        json.dumps({"goal": "g", "checks": ["true"], "provider": "external"}),
+        content_type="application/json",
+    ).json()["id"]
+
+    def propose(command: str) -> dict:
+        return api.post(
+            f"/api/v1/runs/{run_id}/tool-calls",
+            json.dumps({"tool": "Bash", "input": {"command": command}}),
+            content_type="application/json",
+        ).json()
+
+    first = propose("rm -rf build")
+    assert first["decision"] == "ask"
+    approvals.decide(first["approval"], user=boss, approve=True)
+    second = propose("rm -rf dist")
+    assert second["decision"] == "deny" and "at most 1" in second["reason"], second
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.PAUSED and "at most 1" in run.status_reason
+    assert run.approvals.count() == 1
