@@ -322,6 +322,19 @@ def _decide(
         _resume_if_all_decided(run, actor)
 
 
+def what_next(run_id: int) -> str:
+    """What a decision left the run doing, in words ("run 7 continues" only when it does)."""
+    run = Run.objects.get(pk=run_id)
+    if run.status == RunStatus.QUEUED:
+        return f"run {run_id} continues"
+    if run.status == RunStatus.AWAITING_APPROVAL:
+        left = Approval.objects.filter(run_id=run_id).pending().count()
+        return f"run {run_id} still waits for {left} more decision(s)"
+    if run.status == RunStatus.PAUSED:
+        return f"run {run_id} is paused: resume it to go on"
+    return f"run {run_id} is {run.get_status_display()}"
+
+
 def _valid_edit(approval: Approval, edited: Any) -> dict[str, Any]:
     """An edit checked as the tool's input: against our tool's schema, or, for a tool of an
     external agent (which we do not know), as any JSON object."""

@@ -560,3 +560,19 @@ def test_an_external_agent_asking_past_the_runs_cap_is_denied_and_the_run_pauses
     run = Run.objects.get(pk=run_id)
     assert run.status == RunStatus.PAUSED and "at most 1" in run.status_reason
     assert run.approvals.count() == 1
+
+
+def test_the_cli_says_what_a_decision_left_the_run_doing(boss):
+    from io import StringIO
+
+    run = waiting(created_by=boss)
+    services.pause_run(run.pk, actor="user:bea")
+    out = StringIO()
+    call_command("approve", str(run.approvals.get().pk), "--user", "bea", stdout=out)
+    assert f"run {run.pk} is paused: resume it to go on" in out.getvalue()
+    other = waiting(created_by=boss)
+    out = StringIO()
+    call_command(
+        "deny", str(other.approvals.get().pk), "--user", "bea", "--reason", "no", stdout=out
+    )
+    assert f"run {other.pk} continues" in out.getvalue()
