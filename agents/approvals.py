@@ -7,7 +7,9 @@ discarded by a rewind), each step an `approval.*` event.
   exactly one wins and the other is told who was first. When the last pending approval of a run
   is decided, the run goes back to the queue; no worker waited meanwhile.
 - **expire**: a pending approval past its expiry counts as denied; its run pauses.
-- **discard**: a rewind discards the pending approvals of the branch it abandons.
+- **discard**: a rewind discards the pending approvals of the branch it abandons, and a run's
+  end (cancelled, failed, succeeded; `lifecycle.transition`) discards all of its own
+  (agents/approval_endings.py). A decision on an ended run is refused, saying why.
 
 Every ending writes `approval.decided` with the same payload (`decided_payload`), so the inbox,
 the header's count and the log always agree.
@@ -15,6 +17,7 @@ the header's count and the log always agree.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 from datetime import timedelta
@@ -25,12 +28,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import eventlog, inputs, lifecycle, notifications, policy, sandbox, services
+from agents.approval_endings import (  # noqa: F401 (discard_*: part of this module's surface)
+    decided_payload,
+    discard_of_ended_runs,
+    discard_pending,
+)
 from agents.eventlog import NewEvent
 from agents.jobs import enqueue
 from agents.models import (
     Approval,
     ApprovalStatus,
     ApprovalSubject,
+    Event,
     EventKind,
     PauseCause,
     Run,
@@ -46,23 +55,50 @@ class NotAllowed(ApprovalError):
     pass
 
 
+class RunEnded(ApprovalError):
+    """The approval's run has ended: nothing it asked can be decided any more (a conflict)."""
+
+
 def can_decide(user) -> bool:
     return user is not None and user.is_active and user.has_perm("agents.decide_approval")
 
 
-def decided_payload(approval: Approval, decision: str, comment: str = "", **extra) -> dict:
-    """The payload of every `approval.decided` event, whoever or whatever decided."""
-    return {
-        "approval_id": approval.pk,
-        "tool_use_id": approval.tool_use_id,
-        "tool": approval.tool_name,
-        "decision": decision,
-        "comment": comment,
-        **extra,
-    }
-
-
 # --- request --------------------------------------------------------------------------------
+def flood(run: Run, asking: int) -> str:
+    """Why asking a person about `asking` more calls now would flood the inbox, or "".
+
+    One command (a turn's calls, or a command's new hosts) asks about at most
+    APPROVALS_PER_COMMAND at once, and a run about at most APPROVALS_PER_RUN since a person last
+    resumed it: past either the caller asks nothing, tells the agent, and pauses the run with
+    this as its reason (a person resuming it starts the run's count again)."""
+    per_command = settings.SHIFTLOG["APPROVALS_PER_COMMAND"]
+    if per_command and asking > per_command:
+        return (
+            f"one command asked for {asking} approvals at once (at most {per_command}, "
+            "SHIFTLOG_APPROVALS_PER_COMMAND); none were asked. Look at what the run is doing, "
+            "add rules for what it may do, then resume it"
+        )
+    per_run = settings.SHIFTLOG["APPROVALS_PER_RUN"]
+    if not per_run:
+        return ""
+    since = (
+        Event.objects.filter(
+            run_id=run.pk, kind=EventKind.RUN_STATUS, payload__from=RunStatus.PAUSED
+        )
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+    asked = Approval.objects.filter(run_id=run.pk, seq__gt=since).count()
+    if asked + asking > per_run:
+        return (
+            f"the run asked for {asked + asking} approvals since it was last resumed (at most "
+            f"{per_run}, SHIFTLOG_APPROVALS_PER_RUN); these {asking} were not asked. Look at "
+            "what the run is doing, add rules for what it may do, then resume it"
+        )
+    return ""
+
+
 def request(
     run: Run,
     calls: list[tuple[str, str, dict[str, Any], str]],
@@ -215,12 +251,37 @@ def decide(
     if allow_similar and not approve:
         raise ApprovalError("allow-similar goes with an approval")
     status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
+    try:
+        _decide(approval, user, status, comment, edited_input, allow_similar)
+    except (services.RunError, lifecycle.IllegalTransition) as e:
+        raise ApprovalError(str(e)) from None  # the state moved under the decision: a 4xx
+    approval.refresh_from_db()
+    return approval
+
+
+def _decide(
+    approval: Approval,
+    user,
+    status: str,
+    comment: str,
+    edited_input: dict[str, Any] | None,
+    allow_similar: bool,
+) -> None:
+    approve = status == ApprovalStatus.APPROVED
     now = timezone.now()
     actor = f"user:{user.get_username()}"
     with transaction.atomic():
         # The run row first, as the worker does before it starts waiting: the two serialise, so
         # a decision can never slip between the worker's last look and its going to sleep.
         run = Run.objects.select_for_update().get(pk=approval.run_id)
+        if not run.is_live:
+            approval.refresh_from_db()
+            if approval.status != ApprovalStatus.PENDING:
+                raise _refused(approval)  # who decided it says more than that the run ended
+            raise RunEnded(
+                f"run {run.pk} is {run.status}: approval {approval.pk} can no longer be "
+                "decided (what a run asked ends with it)"
+            )
         won = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
             status=status,
             decided_by=user,
@@ -244,29 +305,46 @@ def decide(
             session_id=approval.session_id,
         )
         if not approve and approval.subject == ApprovalSubject.NETWORK_HOST:
-            # Denying a host denies it for the run: the agent is not asked about it again.
-            services.add_rule(
-                approval.run_id,
-                policy.network_rule(
-                    str(approval.tool_input.get("host", "")),
-                    approval.tool_input.get("port"),
-                    "deny",
-                ),
-                actor=actor,
-                because=f"denied with approval {approval.pk}: {comment}",
-            )
+            # Denying a host denies it for the run: the agent is not asked about it again
+            # (unless the run's policy is full: the denial stands, the host may be asked again).
+            with contextlib.suppress(services.RunError):
+                services.add_rule(
+                    approval.run_id,
+                    policy.network_rule(
+                        str(approval.tool_input.get("host", "")),
+                        approval.tool_input.get("port"),
+                        "deny",
+                    ),
+                    actor=actor,
+                    because=f"denied with approval {approval.pk}: {comment}",
+                )
         if allow_similar:
             rule = policy.similar_rule(approval.tool_name, edited_input or approval.tool_input)
-            services.add_rule(
-                approval.run_id,
-                rule,
-                actor=actor,
-                because=f"allow similar to approval {approval.pk}: {rule['note']}",
-            )
+            try:
+                services.add_rule(
+                    approval.run_id,
+                    rule,
+                    actor=actor,
+                    because=f"allow similar to approval {approval.pk}: {rule['note']}",
+                )
+            except services.RunError as e:
+                # Nothing is decided: the person may approve without "similar".
+                raise ApprovalError(f"{e}; approve this call alone instead") from None
             _approve_matching(approval.run_id, user, actor)
         _resume_if_all_decided(run, actor)
-    approval.refresh_from_db()
-    return approval
+
+
+def what_next(run_id: int) -> str:
+    """What a decision left the run doing, in words ("run 7 continues" only when it does)."""
+    run = Run.objects.get(pk=run_id)
+    if run.status == RunStatus.QUEUED:
+        return f"run {run_id} continues"
+    if run.status == RunStatus.AWAITING_APPROVAL:
+        left = Approval.objects.filter(run_id=run_id).pending().count()
+        return f"run {run_id} still waits for {left} more decision(s)"
+    if run.status == RunStatus.PAUSED:
+        return f"run {run_id} is paused: resume it to go on"
+    return f"run {run_id} is {run.get_status_display()}"
 
 
 def _valid_edit(approval: Approval, edited: Any) -> dict[str, Any]:
@@ -352,26 +430,3 @@ def expire_due(now=None) -> list[int]:
                 )
             expired.append(approval.pk)
     return expired
-
-
-def discard_pending(run_id: int, *, reason: str, actor: str) -> list[int]:
-    """End a run's pending approvals without a decision (a rewind abandoned the calls they
-    asked about): status `discarded` and an `approval.decided` event each. Call it inside the
-    transaction that abandons them."""
-    now = timezone.now()
-    discarded = []
-    for approval in Approval.objects.filter(run_id=run_id).pending():
-        if (
-            Approval.objects.filter(pk=approval.pk)
-            .pending()
-            .update(status=ApprovalStatus.DISCARDED, decided_at=now, comment=reason)
-        ):
-            eventlog.append(
-                run_id,
-                EventKind.APPROVAL_DECIDED,
-                decided_payload(approval, ApprovalStatus.DISCARDED, reason),
-                actor=actor,
-                session_id=approval.session_id,
-            )
-            discarded.append(approval.pk)
-    return discarded

@@ -387,6 +387,9 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
         edited = " with edits" if p.get("edited_input") else ""
         return f"approval {p.get('approval_id')} {p.get('decision')}{edited}{comment}"
     if kind == "run.updated":
+        if "rule_added" in p:
+            rule = p["rule_added"]
+            return f"tool policy: rule added ({rule.get('action')} {rule.get('tool')})"
         return (
             "tool policy changed" if "tool_policy" in p else f"budgets raised: {p.get('budgets')}"
         )

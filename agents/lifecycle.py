@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, fleets, jobs, notifications
+from agents import approval_endings, eventlog, fleets, jobs, notifications
 from agents.models import EventKind, PauseCause, Run, RunStatus
 
 S = RunStatus
@@ -89,6 +89,12 @@ def transition(
             session_id=session_id,
             lease_owner=lease_owner,
         )
+        if target in TERMINAL:
+            # What the run asked a person about ends with it: off the inbox, the header's count
+            # and the overview, and no longer decidable (agents/approval_endings.py).
+            approval_endings.discard_pending(
+                run_id, reason=approval_endings.ended_reason(target), actor=actor
+            )
         Run.objects.filter(pk=run_id).update(**fields)
         for name, value in fields.items():
             setattr(run, name, value)

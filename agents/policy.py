@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents import schemas, shell
+from agents import patterns, schemas, shell
 
 ACTIONS = ("allow", "ask", "deny")
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_files", "save_artifact"})
@@ -268,10 +268,13 @@ def validate(rules: Any) -> list[dict[str, Any]]:
             if not isinstance(pattern, str):
                 raise PolicyError(f"rule {i + 1}: pattern must be a string")
             try:
-                re.compile(pattern)
-            except re.error as e:
+                # An allow-similar rule of an earlier version is read as one, never searched.
+                if _as_similar({**rule, "tool": tool, "action": action}) is None:
+                    patterns.compile_pattern(pattern)
+            except patterns.PatternError as e:
                 raise PolicyError(
-                    f"rule {i + 1}: pattern {pattern!r} is not a valid regular expression: {e}"
+                    f"rule {i + 1}: pattern {pattern[:200]!r} is not a valid regular "
+                    f"expression: {e}"
                 ) from None
         if rule.get("note") is not None and not isinstance(rule["note"], str):
             raise PolicyError(f"rule {i + 1}: note must be a string")
@@ -288,6 +291,16 @@ def validate(rules: Any) -> list[dict[str, Any]]:
             raise PolicyError(f"a tool policy: {schemas.describe(problem, whole='it')}")
         raise PolicyError(f"rule {path[0] + 1}: {schemas.describe(problem, skip=1, whole='it')}")
     return cleaned
+
+
+def check_length(rules: list[dict[str, Any]]) -> None:
+    """The published bound on a policy's length, for a policy grown one rule at a time (its
+    rules each validated already)."""
+    most = schemas.schema("policy")["maxItems"]
+    if len(rules) > most:
+        raise PolicyError(
+            f"the run's tool policy is full (at most {most} rules): this rule was not added"
+        )
 
 
 def _validate_similar(n: int, rule: dict[str, Any]) -> dict[str, Any]:
@@ -330,11 +343,17 @@ def decide(
     tool_input: dict[str, Any],
     *,
     workspace: Path | str | None = None,
+    sandboxed: bool = False,
 ) -> Decision:
     """The first matching rule's action, else the classifier's for bash, else allow.
 
     `workspace` is the run's workspace folder: absolute paths inside it count as inside, and
-    symbolic links in it are followed. Without it, every absolute path counts as outside."""
+    symbolic links in it are followed. Without it, every absolute path counts as outside.
+    `sandboxed`: the command runs in bubblewrap (only the workspace writable, no network but
+    through the run's proxy, which asks about each new host; the workspace rewindable), where
+    code the classifier cannot read (`python -c`, `node -e`, `sh -c`) is no more a reason to
+    ask than `python script.py`; what it can read as risky (deletes, writes outside the
+    workspace, the network, the system) still asks."""
     text = subject(tool, tool_input)
     script = shell.parse(text, workspace=workspace) if tool == "bash" else None
     for rule in rules:
@@ -354,8 +373,11 @@ def decide(
         return Decision(rule["action"], _label(rule), rule)
     if script is not None:
         risks = classify(script)
+        readable = [r for r in risks if not r.startswith(OPAQUE)] if sandboxed else risks
+        if readable:
+            return Decision("ask", "risky command: " + ", ".join(readable))
         if risks:
-            return Decision("ask", "risky command: " + ", ".join(risks))
+            return Decision("allow", f"runs in the sandbox, though it {risks[0]}")
     return Decision("allow", "no rule matched")
 
 
@@ -370,11 +392,16 @@ def _label(rule: dict[str, Any]) -> str:
 
 
 def _pattern_matches(pattern: str, action: str, text: str, script: shell.Script | None) -> bool:
-    if re.search(pattern, text):
+    """RE2 (agents/patterns.py): no pattern hangs a worker; one it cannot read errs towards a
+    person (an allow never matches, a deny or ask always does)."""
+    unreadable = action != "allow"
+    if patterns.search_or(pattern, text, unreadable=unreadable):
         return True
     if action == "allow" or script is None:
         return False
-    return any(re.search(pattern, c.canonical()) for c in script.commands)
+    return any(
+        patterns.search_or(pattern, c.canonical(), unreadable=unreadable) for c in script.commands
+    )
 
 
 def _vouches(pattern: str, script: shell.Script) -> bool:
@@ -388,7 +415,8 @@ def _vouches(pattern: str, script: shell.Script) -> bool:
         return True
     for command in script.commands:
         if _command_risks(command, script) and not (
-            re.search(pattern, command.source) or re.search(pattern, command.canonical())
+            patterns.search_or(pattern, command.source, unreadable=False)
+            or patterns.search_or(pattern, command.canonical(), unreadable=False)
         ):
             return False
     return not any(
@@ -639,6 +667,8 @@ def decide_network(rules: list[dict[str, Any]], host: str, port: int) -> Decisio
         if rule["tool"] not in (NETWORK_TOOL, "*") or "program" in rule:
             continue
         pattern = rule.get("pattern")
-        if pattern is None or re.search(pattern, target):
+        if pattern is None or patterns.search_or(
+            pattern, target, unreadable=rule["action"] != "allow"
+        ):
             return Decision(rule["action"], rule.get("note") or _label(rule), rule)
     return Decision("ask", f"a connection to {target} is new to this run")

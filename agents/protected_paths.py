@@ -48,10 +48,11 @@ def decide_call(
     workspace=None,
     protected: dict[str, dict[str, Any]] | None = None,
     protected_action: str = "deny",
+    sandboxed: bool = False,
 ) -> Decision:
     """The decision on one of a run's tool calls: protected files first, then the rules (and
     the risk classifier). `workspace` (an agents.sandbox.Workspace) resolves the path a file
-    tool would write."""
+    tool would write; `sandboxed` as for `policy.decide`."""
     if tool in WRITING_TOOLS and protected and workspace is not None:
         try:
             rel = str(workspace.resolve(tool_input["path"]).relative_to(workspace.path))
@@ -62,5 +63,9 @@ def decide_call(
                 protected_action, f"{rel} is protected: the done-conditions depend on it"
             )
     return decide(
-        rules, tool, tool_input, workspace=workspace.path if workspace is not None else None
+        rules,
+        tool,
+        tool_input,
+        workspace=workspace.path if workspace is not None else None,
+        sandboxed=sandboxed,
     )

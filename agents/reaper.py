@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 def reap(now=None) -> list[int]:
     now = now or timezone.now()
     approvals.expire_due(now)
+    approvals.discard_of_ended_runs()
     # Commands of a worker that died may have left their cgroups (and, without a PID
     # namespace, processes in them) behind: end them.
     sandbox.cleanup_stale_cgroups()

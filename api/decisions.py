@@ -65,6 +65,8 @@ def decide(request, approval_id: PathId, body: Decision):
         return _decide(request, approval, body)
     except approvals.NotAllowed:
         raise
+    except approvals.RunEnded as e:
+        raise Problem(409, str(e)) from None
     except approvals.ApprovalError as e:
         # Decided already (or expired, discarded): a conflict; otherwise the request is wrong.
         approval.refresh_from_db()

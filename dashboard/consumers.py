@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from agents.models import Approval, Event, Run, RunStatus
-from dashboard import access, cards, fanout, live, panels, stream
+from dashboard import access, cards, fanout, inbox, live, panels, stream
 from dashboard.frames import frames
 
 CATCH_UP_CHUNK = 500
@@ -250,13 +250,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """After a reconnect: what may have changed while the socket was down (messages)."""
         parts = [self._count()]
         if self.mode == "approvals":
-            pending = list(access.pending_approvals(self.user))
-            cards.mark_fleets(pending, self.user)
             parts.append(
                 render_to_string(
                     "approvals/inbox.html#approval-list",
                     {
-                        "approvals": pending,
+                        **inbox.context(self.user, self.query),
                         "can_decide": access.can_decide(self.user),
                         "oob": True,
                     },

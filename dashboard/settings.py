@@ -379,6 +379,14 @@ SHIFTLOG = {
     # Tool policy rules applied after each run's own (JSON list; see agents/policy.py).
     "TOOL_POLICY": _tool_policy(),
     "APPROVAL_TIMEOUT_SECONDS": env_number("SHIFTLOG_APPROVAL_TIMEOUT", 0, int) or None,
+    # At most this many approvals asked at once by one command (a turn's calls, a command's new
+    # hosts), and by one run since a person last resumed it; past either the run pauses saying
+    # why (agents/approvals.py, `flood`). 0: no cap.
+    "APPROVALS_PER_COMMAND": int(env_number("SHIFTLOG_APPROVALS_PER_COMMAND", 20)),
+    "APPROVALS_PER_RUN": int(env_number("SHIFTLOG_APPROVALS_PER_RUN", 100)),
+    # In bubblewrap, code the classifier cannot read (python -c, node -e) runs without asking,
+    # as `python script.py` does (agents/policy.py, `decide`); set this to ask about it anyway.
+    "ASK_OPAQUE_IN_SANDBOX": env_bool("SHIFTLOG_ASK_OPAQUE_IN_SANDBOX", False),
     "WEBHOOK_URLS": _webhook_urls(),
     "WEBHOOK_SECRET": _webhook_secret(),
     "WEBHOOK_ATTEMPTS": int(env_number("SHIFTLOG_WEBHOOK_ATTEMPTS", 5)),

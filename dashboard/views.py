@@ -34,7 +34,17 @@ from agents.models import (
     RunStatus,
 )
 from agents.providers.scripted import builtin_script
-from dashboard import access, cards, fleet, fleet_views, markup, panels, stream, streaming
+from dashboard import (
+    access,
+    cards,
+    fleet,
+    fleet_views,
+    inbox,
+    markup,
+    panels,
+    stream,
+    streaming,
+)
 from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet, RunFilterForm
 from dashboard.redirects import safe_next
 
@@ -393,12 +403,11 @@ def artifact_download(request: HttpRequest, run_id: int, artifact_id: int) -> Ht
 @login_required
 @require_GET
 def approvals_inbox(request: HttpRequest) -> HttpResponse:
-    items = list(access.pending_approvals(request.user))
-    cards.mark_fleets(items, request.user)
+    """Paged, one section per run (dashboard/inbox.py)."""
     return render(
         request,
         "approvals/inbox.html",
-        {"approvals": items, "can_decide": access.can_decide(request.user)},
+        {**inbox.context(request.user, request.GET), "can_decide": access.can_decide(request.user)},
     )
 
 

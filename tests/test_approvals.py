@@ -210,7 +210,7 @@ def test_allow_similar_adds_a_recorded_rule_and_approves_matching_waiting_calls(
     run.refresh_from_db()
     assert run.tool_policy[0]["action"] == "allow" and run.tool_policy[0]["tool"] == "bash"
     change = Event.objects.get(run=run, kind="run.updated")
-    assert change.actor == "user:dana" and "tool_policy" in change.payload
+    assert change.actor == "user:dana" and change.payload["rule_added"] == run.tool_policy[0]
 
 
 def test_a_deny_rule_answers_with_a_tool_error_explaining_it(db):
@@ -441,7 +441,7 @@ def test_cli_approve_with_allow_similar_records_the_rule_and_approves_matching_c
     change = Event.objects.get(run=run, kind="run.updated")
     assert change.actor == "user:dana"
     assert change.payload["because"].startswith(f"allow similar to approval {first.pk}: ")
-    rule = change.payload["tool_policy"][0]
+    rule = change.payload["rule_added"]
     assert (rule["tool"], rule["action"]) == ("bash", "allow")
     # The rule in words is in the audit trail: exactly what it allows.
     assert "runs `rm` with exactly the flags -f -r" in change.payload["because"]

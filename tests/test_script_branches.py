@@ -352,8 +352,7 @@ BAD = [
     ),
     (
         {"branches": [{"when": {"denied": "(keep"}}]},
-        "turns[1].branches[0].when.denied: not a valid regular expression (missing ), "
-        "unterminated subpattern at position 0)",
+        "turns[1].branches[0].when.denied: not a valid regular expression (missing ): (keep",
     ),
     (
         {"branches": [{"when": {"note": "x" * 301}}]},

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents import patterns
+
 CONDITIONS = ("denied", "note", "rewind_note")
 MAX_DEPTH = 20  # branch points inside branch points
 MAX_TURNS = 10000  # turns in all, every branch counted
@@ -71,8 +73,8 @@ def problem(script: dict[str, Any]) -> str | None:
             for j, branch in enumerate(item["branches"]):
                 for name, pattern in branch["when"].items():
                     try:
-                        re.compile(pattern)
-                    except re.error as e:
+                        patterns.compile_pattern(pattern, ignore_case=True)
+                    except patterns.PatternError as e:
                         return (
                             f"{at}.branches[{j}].when.{name}: not a valid regular expression ({e})"
                         )
@@ -147,7 +149,15 @@ def holds(when: dict[str, str], seen: Seen) -> dict[str, str] | None:
     """The text each condition matched, when all of them hold; else None."""
     matched = {}
     for condition, pattern in when.items():
-        hit = next((t for t in seen.texts(condition) if re.search(pattern, t, re.IGNORECASE)), None)
+        # RE2 (agents/patterns.py): the script's author's pattern on the agent's text.
+        hit = next(
+            (
+                t
+                for t in seen.texts(condition)
+                if patterns.search_or(pattern, t, unreadable=False, ignore_case=True)
+            ),
+            None,
+        )
         if hit is None:
             return None
         matched[condition] = hit[:MATCHED_CHARS]

@@ -103,6 +103,7 @@ class Calls:
             if i == 0 and first_done:
                 continue
             self._run_one(call, already_called=first_called and i == 0)
+        self.gate.pause_if_flooded()
 
     def _run_one(self, call: GatedCall, *, already_called: bool) -> None:
         s = self.s

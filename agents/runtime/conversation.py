@@ -108,7 +108,13 @@ class Conversation:
             for b in self.open_tool_uses
             if b["id"] in self.called and b["id"] not in self.answered
         ]
-        not_started = [b for b in self.open_tool_uses if b["id"] not in self.called]
+        # A call answered without being called (denied by the policy, refused as a flood) is
+        # done: it is not planned again.
+        not_started = [
+            b
+            for b in self.open_tool_uses
+            if b["id"] not in self.called and b["id"] not in self.answered
+        ]
         return interrupted, not_started
 
     # --- rebuilding ---------------------------------------------------------------------

@@ -367,6 +367,15 @@ def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str,
             cleared = gate.clear(gated)
         except SliceOver:
             cleared = None  # waiting for a person: the run is awaiting approval
+        if gated.action == "deny" and decision.action != ExternalCallDecision.DENY:
+            # Refused as a flood of approvals (agents/approvals.py): denied, and the run pauses.
+            decision = gated.decision
+            call.decision, call.reason = decision.action, decision.reason
+            ExternalCall.objects.filter(pk=call.pk).update(
+                decision=call.decision, reason=call.reason
+            )
+            with suppress(SliceOver):
+                gate.pause_if_flooded()
         if gated.approval is not None:
             call.approval = gated.approval
             ExternalCall.objects.filter(pk=call.pk).update(approval=gated.approval)
@@ -406,12 +415,15 @@ def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
     if call.decision != ExternalCallDecision.ASK:
         return _answer(call, call.decision)
     approval = call.approval
-    if approval is None or approval.status == ApprovalStatus.PENDING:
+    # A run's end discards what it asked (agents/approval_endings.py): said as the run's end.
+    waiting = (ApprovalStatus.PENDING, ApprovalStatus.DISCARDED)
+    if approval is None or approval.status in waiting:
         status = status_of(call.run_id)
         if status in TERMINAL:  # nobody will decide it now: the call must not run
             answer = _answer(call, "denied")
             return {**answer, "reason": f"the run is {status}"}
-        return _answer(call, "pending")
+        if approval is None or approval.status == ApprovalStatus.PENDING:
+            return _answer(call, "pending")
     approved = approval.status == ApprovalStatus.APPROVED
     settled = call.called_seq is not None or call.result_seq is not None
     if not settled and status_of(call.run_id) in DRIVABLE_STATUSES:

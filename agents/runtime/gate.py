@@ -12,13 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from agents import approvals, policy, protected_paths, sandbox
 from agents.decision_words import approval_note, refusal
-from agents.models import Approval, ApprovalStatus, Checkpoint, CheckpointKind, Run, RunStatus
+from agents.models import (
+    Approval,
+    ApprovalStatus,
+    Checkpoint,
+    CheckpointKind,
+    PauseCause,
+    Run,
+    RunStatus,
+)
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
+
+NOT_ASKED = "Not asked of a person"
 
 
 @dataclass
@@ -58,6 +69,9 @@ class Gate:
     def __init__(self, s: Slice, sessions: Sessions) -> None:
         self.s = s
         self.sessions = sessions
+        # Why this slice's asks were refused as a flood (agents/approvals.py, `flood`): the calls
+        # are refused and the run pauses once the turn's other calls are done.
+        self.flooded = ""
 
     def plan(self, blocks: list[dict[str, Any]]) -> list[GatedCall]:
         """Validate each call once and ask the policy once (a call a person was asked about
@@ -88,6 +102,17 @@ class Gate:
             workspace=self.s.workspace,
             protected=run.protected,
             protected_action=run.protected_action,
+            sandboxed=self.sandboxed,
+        )
+
+    @property
+    def sandboxed(self) -> bool:
+        """The run's commands run in our bubblewrap here (an external agent's run on its own
+        machine: never), and the operator has not asked to be asked about opaque code anyway."""
+        return (
+            self.s.isolation == "bwrap"
+            and not self.s.run.is_external
+            and not settings.SHIFTLOG["ASK_OPAQUE_IN_SANDBOX"]
         )
 
     # --- a person's decision ------------------------------------------------------------
@@ -96,6 +121,12 @@ class Gate:
         s = self.s
         asks = [c for c in calls if c.action == "ask" and c.approval is None]
         if not asks:
+            return
+        flood = approvals.flood(s.run, len(asks))
+        if flood:
+            self.flooded = flood
+            for c in asks:
+                c.decision = policy.Decision("deny", f"{NOT_ASKED}: {flood}")
             return
         created, appended = approvals.request(
             s.run,
@@ -114,19 +145,28 @@ class Gate:
         """What the call may run with; None when it must not run (its result says why). A call
         waiting for a person ends the slice here."""
         s = self.s
+        if call.action == "ask" and call.approval is None:
+            self.ask([call])  # refused as a flood, it is denied below: never run unasked
         if call.action == "deny" and call.approval is None:
+            if call.decision.reason.startswith(NOT_ASKED):
+                output = (
+                    f"{call.decision.reason}. It did not run; the run pauses until a person has "
+                    "looked at it. Ask for fewer things at once."
+                )
+            else:
+                output = (
+                    f"Denied by the tool policy ({call.decision.reason}): this call is not "
+                    "allowed in this run. Find another way, or ask for it in your reply."
+                )
             s.record_result(
                 call.block,
                 sandbox.ToolResult(
-                    output=f"Denied by the tool policy ({call.decision.reason}): this call is not "
-                    "allowed in this run. Find another way, or ask for it in your reply.",
+                    output=output,
                     is_error=True,
                     data={"policy": "deny", "rule": call.decision.rule},
                 ),
             )
             return None
-        if call.action == "ask" and call.approval is None:
-            self.ask([call])
         if call.approval is None:
             return Cleared(call.tool_input)
         approval = call.approval
@@ -146,6 +186,20 @@ class Gate:
             ),
         )
         return None
+
+    def pause_if_flooded(self) -> None:
+        """After a turn whose asks were refused as a flood: the run pauses with the reason."""
+        if not self.flooded:
+            return
+        s = self.s
+        s.transition(
+            RunStatus.PAUSED,
+            reason=f"paused: {self.flooded}",
+            expect={RunStatus.RUNNING},
+            cause=PauseCause.LIMIT,
+        )
+        s.suspend_session()
+        raise SliceOver(SliceResult.PAUSED)
 
     def wait(self, approval: Approval) -> Approval:
         """Suspend the run until a person decides; returns at once if one already has."""

@@ -16,14 +16,22 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 
 from agents import approvals, policy
 from agents.decision_words import refusal
-from agents.models import Approval, ApprovalStatus, ApprovalSubject, Event, EventKind
-from agents.runtime.slice import Slice
+from agents.models import (
+    Approval,
+    ApprovalStatus,
+    ApprovalSubject,
+    Event,
+    EventKind,
+    PauseCause,
+    RunStatus,
+)
+from agents.runtime.slice import Slice, SliceOver, SliceResult
 from agents.sandbox import addresses
 from agents.sandbox.egress import EgressProxy
 
@@ -123,6 +131,9 @@ class Network:
         s.append(*[s.event(EventKind.NETWORK_CONNECTION, a) for a in attempts])
         if not asked:
             return []
+        flood = approvals.flood(s.run, len(asked))
+        if flood:
+            self._refuse_flood(flood, len(asked))
         calls = [
             (
                 _call_id(target, s.known_seq),
@@ -144,6 +155,27 @@ class Network:
         )
         s.absorb(appended)
         return list(created.values())
+
+    def _refuse_flood(self, flood: str, hosts: int) -> NoReturn:
+        """Too many new hosts to ask about: none is asked, the agent is told, the run pauses
+        with the reason (connections to them were refused already)."""
+        s = self.s
+        text = (
+            f"Connections to {hosts} new hosts were refused and not asked of a person: {flood}. "
+            "Ask for fewer hosts at once."
+        )
+        appended = s.append(
+            s.event(EventKind.HARNESS_MESSAGE, {"text": text, "reason": "approval_flood"})
+        )
+        s.conv.add_text(appended.events[0].seq, text)
+        s.transition(
+            RunStatus.PAUSED,
+            reason=f"paused: {flood}",
+            expect={RunStatus.RUNNING},
+            cause=PauseCause.LIMIT,
+        )
+        s.suspend_session()
+        raise SliceOver(SliceResult.PAUSED)
 
     # --- when the run goes on -------------------------------------------------------------
     def tell_decisions(self) -> None:

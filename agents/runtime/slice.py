@@ -254,6 +254,8 @@ class Slice:
                     self.conv.apply(seq, kind, payload)
                 elif kind == EventKind.RUN_UPDATED and "tool_policy" in payload:
                     self.rules = [*payload["tool_policy"], *settings.SHIFTLOG["TOOL_POLICY"]]
+                elif kind == EventKind.RUN_UPDATED and "rule_added" in payload:
+                    self.rules = [payload["rule_added"], *self.rules]  # as services.add_rule
         self.known_seq = appended.events[-1].seq
         self.status = appended.status
 

@@ -25,16 +25,47 @@ def _shell_given_code(command: Command, state: _State) -> None:
         state.unreadable(f"{command.program} -s runs commands from its input")
 
 
+# Options that take the next word as their value: that word is not a script file (`python -X
+# importtime -c CODE` runs CODE; read as a script named "importtime", it ran without asking).
+VALUE_OPTIONS: dict[str, frozenset[str]] = {
+    "python": frozenset({"-X", "-W", "-Q"}),
+    "node": frozenset(
+        {
+            "-r",
+            "--require",
+            "--import",
+            "--loader",
+            "--experimental-loader",
+            "--input-type",
+            "--title",
+            "--env-file",
+            "-C",
+            "--conditions",
+        }
+    ),
+    "ruby": frozenset({"-r", "-I", "-C", "-E", "-F"}),
+    "perl": frozenset({"-I", "-M", "-m", "-x"}),
+}
+
+
 def _interpreter_given_code(command: Command, state: _State) -> None:
     fam = command.family
     code_flags = INTERPRETERS[fam]
+    takes_value = VALUE_OPTIONS.get(fam, frozenset())
     words = [w.value for w in command.args]
     if any(v is None for v in words):
         state.unreadable(f"{command.program}'s arguments are only known when it runs")
         return
     module = False
+    skip = False
     for text in words:
         assert text is not None
+        if skip:
+            skip = False
+            continue
+        if text in takes_value:
+            skip = True
+            continue
         if text in code_flags or text.split("=", 1)[0] in code_flags:
             state.unreadable(f"{command.program} {text} runs code given as text")
             return

@@ -97,6 +97,18 @@
       if (empty) empty.remove();
     }
     var list = document.getElementById("approval-list");
+    // A card pushed live joins its run's section (or the run's earlier arrivals), so one run
+    // asking for many calls does not push another's cards down the page.
+    Array.prototype.forEach.call(list ? list.querySelectorAll(":scope > .approval-arrived") : [], function (box) {
+      var into = document.getElementById("approval-run-" + box.getAttribute("data-run") + "-cards");
+      if (!into) {
+        var earlier = list.querySelectorAll(":scope > .approval-arrived[data-run='" + box.getAttribute("data-run") + "']");
+        into = earlier.length > 1 ? earlier[earlier.length - 1] : null;
+      }
+      if (!into || into === box) return;
+      while (box.firstChild) into.appendChild(box.firstChild);
+      box.remove();
+    });
     if (list && list.querySelector(".approval")) {
       var none = document.getElementById("no-approvals");
       if (none) none.remove();

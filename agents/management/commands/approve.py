@@ -45,5 +45,5 @@ class Command(BaseCommand):
             raise fail(str(e)) from None
         edited_note = " with edited input" if approval.edited_input is not None else ""
         self.stdout.write(
-            f"approval {approval.pk} approved{edited_note}; run {approval.run_id} continues"
+            f"approval {approval.pk} approved{edited_note}; {approvals.what_next(approval.run_id)}"
         )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from agents.approvals import ApprovalError, decide
+from agents.approvals import ApprovalError, decide, what_next
 from agents.management.base import acting, fail, id_arg
 
 
@@ -22,4 +22,4 @@ class Command(BaseCommand):
             approval = decide(o["approval_id"], user=user, approve=False, comment=o["reason"])
         except ApprovalError as e:
             raise fail(str(e)) from None
-        self.stdout.write(f"approval {approval.pk} denied; run {approval.run_id} continues")
+        self.stdout.write(f"approval {approval.pk} denied; {what_next(approval.run_id)}")
