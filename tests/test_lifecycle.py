@@ -20,7 +20,13 @@ def test_a_legal_transition_changes_status_and_is_an_event_naming_the_actor(run)
     assert run.status_reason == "lunch"
     event = Event.objects.filter(run=run, kind="run.status").latest("seq")
     assert event.actor == "user:olivia"
-    assert event.payload == {"from": "queued", "to": "paused", "reason": "lunch"}
+    # A pause says its cause (the harness's, when the caller names none).
+    assert event.payload == {
+        "from": "queued",
+        "to": "paused",
+        "reason": "lunch",
+        "cause": "harness",
+    }
 
 
 def test_an_illegal_transition_raises_and_changes_nothing(run):

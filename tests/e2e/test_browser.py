@@ -51,7 +51,12 @@ def test_log_in_start_the_demo_watch_it_live_and_approve_the_waiting_step(
         approve = page.wait_for_selector(
             ".approval.a-pending button[value=approve]", timeout=60_000
         )
-        assert "awaiting approval" in page.inner_text("#run-header").lower()
+        # The header comes with the run's status change, a push after the card's.
+        wait_js(
+            page,
+            "document.querySelector('#run-header').innerText.toLowerCase()"
+            ".includes('awaiting approval')",
+        )
         assert "scripted · offline" in page.inner_text("#run-header")
         # The count comes by the runs stream, a moment after the card (its own push).
         wait_js(page, "document.querySelector('#approval-count').textContent.trim() === '1'")
