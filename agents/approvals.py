@@ -173,6 +173,45 @@ def input_diff(tool: str, before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The words for a decision, the same in the web form, the API, the CLI and the docs:
+#   decision       approve | edit | deny
+#   reason         what the person says: a denial needs one (the agent reads it); an approval's
+#                  is passed on as their comment
+#   input          an edit's whole new input (a JSON object, or its text)
+#   allow_similar  with approve: also allow similar calls for the rest of the run (for a network
+#                  host: the host, for the rest of the run)
+DECISIONS = ("approve", "edit", "deny")
+
+
+def decide_as(
+    approval_id: int,
+    *,
+    user,
+    decision: str,
+    reason: str = "",
+    input: Any = None,
+    allow_similar: bool = False,
+) -> Approval:
+    """A decision in the one vocabulary above, from whichever surface a person used."""
+    if decision not in DECISIONS:
+        raise ApprovalError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
+    edited = None
+    if decision == "edit":
+        if input is None or input == "":
+            raise ApprovalError("input: an edit needs the whole edited input")
+        edited = parse_edit(get(approval_id), input) if isinstance(input, str) else input
+    elif input is not None and input != "":
+        raise ApprovalError("input: only an edit takes an input (decision: edit)")
+    return decide(
+        approval_id,
+        user=user,
+        approve=decision != "deny",
+        edited_input=edited,
+        comment=reason,
+        allow_similar=allow_similar,
+    )
+
+
 def parse_edit(approval: Approval, raw: str) -> dict[str, Any]:
     """The edited input a person gives, in one format wherever they give it (the web's edit box,
     `approve --input`, the API): the tool's input as a JSON object, e.g. {"command": "ls"} for

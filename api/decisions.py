@@ -74,23 +74,5 @@ def decide(request, approval_id: PathId, body: Decision):
 
 
 def _decide(request, approval: Approval, body: Decision) -> dict:
-    edited = None
-    if body.decision == "edit":
-        if body.input is None:
-            raise Problem(422, "input: an edit needs the whole edited input")
-        edited = (
-            approvals.parse_edit(approval, body.input)
-            if isinstance(body.input, str)
-            else body.input
-        )
-    elif body.input is not None:
-        raise Problem(422, "input: only an edit takes an input (decision: edit)")
-    decided = approvals.decide(
-        approval.pk,
-        user=request.user,
-        approve=body.decision != "deny",
-        edited_input=edited,
-        comment=body.reason,
-        allow_similar=body.allow_similar,
-    )
+    decided = approvals.decide_as(approval.pk, user=request.user, **body.dict())
     return out.approvals([decided])[0]

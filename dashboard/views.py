@@ -411,37 +411,31 @@ def approvals_inbox(request: HttpRequest) -> HttpResponse:
     )
 
 
+def decision_fields(post) -> dict:
+    """A decision in the one vocabulary (agents/approvals.py: decision, reason, input,
+    allow_similar); the names of pages from before (comment, edited, approve-for-run) too."""
+    decision = post.get("decision") or ""
+    similar = post.get("allow_similar") in ("1", "true", "on")
+    if decision == "approve-for-run":
+        decision, similar = "approve", True
+    return {
+        "decision": decision,
+        "reason": post.get("reason", post.get("comment", "")),
+        "input": post.get("input", post.get("edited")) if decision == "edit" else None,
+        "allow_similar": similar,
+    }
+
+
 @login_required
 @require_POST
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     approval = get_object_or_404(
         access.visible_approvals(request.user).select_related("run__parent"), pk=approval_id
     )
-    decision = request.POST.get("decision")
-    comment = request.POST.get("comment", "")
     error = ""
     status = 200
     try:
-        if decision in ("approve", "approve-for-run"):
-            approvals.decide(
-                approval.pk,
-                user=request.user,
-                approve=True,
-                comment=comment,
-                # "Allow for this run" on a network approval: a rule for the host, as allow
-                # similar is for a tool call.
-                allow_similar=request.POST.get("allow_similar") == "1"
-                or decision == "approve-for-run",
-            )
-        elif decision == "edit":
-            edited = approvals.parse_edit(approval, request.POST.get("edited", ""))
-            approvals.decide(
-                approval.pk, user=request.user, approve=True, edited_input=edited, comment=comment
-            )
-        elif decision == "deny":
-            approvals.decide(approval.pk, user=request.user, approve=False, comment=comment)
-        else:
-            raise approvals.ApprovalError("choose approve, edit or deny")
+        approvals.decide_as(approval.pk, user=request.user, **decision_fields(request.POST))
     except approvals.NotAllowed as e:
         error, status = str(e), 403
     except approvals.ApprovalError as e:

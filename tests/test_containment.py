@@ -286,9 +286,12 @@ def test_allowed_for_the_run_from_the_card_adds_a_rule_for_that_host_only(site, 
     )
     asked = Approval.objects.get(run=run)
     card = client_for(supervisor).get("/approvals/").content.decode()
-    assert "Allow once" in card and "Allow for this run" in card and "Edit" not in card
+    assert "for the rest of this run" in card and "Edit" not in card
+    # The same words as every card, the API and the CLI: approve, with allow_similar.
     client_for(supervisor).post(
-        f"/approvals/{asked.pk}/decide", {"decision": "approve-for-run"}, HTTP_HX_REQUEST="true"
+        f"/approvals/{asked.pk}/decide",
+        {"decision": "approve", "allow_similar": "1"},
+        HTTP_HX_REQUEST="true",
     )
     run.refresh_from_db()
     rule = run.tool_policy[0]

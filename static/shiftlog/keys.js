@@ -47,7 +47,7 @@
   }
 
   function deny(card) {
-    var box = card && card.querySelector("form.decide input[name=comment]");
+    var box = card && card.querySelector("form.decide input[name=reason]");
     if (!box) return;
     card.classList.add("denying");
     box.placeholder = "Why not? (the agent reads it) — Enter denies, Esc cancels";
@@ -101,7 +101,7 @@
         inCard.classList.remove("denying");
         select(inCard);
         e.preventDefault();
-      } else if (e.key === "Enter" && inCard.classList.contains("denying") && e.target.name === "comment") {
+      } else if (e.key === "Enter" && inCard.classList.contains("denying") && e.target.name === "reason") {
         // Enter in a text box sends the form with its first button, Approve: not while denying.
         e.preventDefault();
         press(inCard, "button[value=deny]");

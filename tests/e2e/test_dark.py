@@ -67,7 +67,7 @@ def test_a_dark_system_gets_dark_pages_and_dark_highlighting(pages, eve, tmp_pat
         assert_dark(page, "table.runs", "#run-rows .goal a")
         page.screenshot(path=str(shots / "dark-runs-list.png"))
         page.goto(f"{base}/approvals/")
-        assert_dark(page, ".approval.a-pending", ".approval.a-pending input[name=comment]")
+        assert_dark(page, ".approval.a-pending", ".approval.a-pending input[name=reason]")
         page.screenshot(path=str(shots / "dark-approvals.png"))
         page.goto(f"{base}/runs/{run.pk}/")
         wait_js(page, "document.querySelector('#live-state.on') !== null")

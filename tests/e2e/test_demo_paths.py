@@ -38,7 +38,7 @@ def test_denying_the_cleanup_to_keep_the_cache_leaves_a_gitignore(pages, eve, tm
         run_id = start_demo(page, base)
         card = page.wait_for_selector(".approval.a-pending", timeout=90_000)
         assert "rm -rf build __pycache__" in card.inner_text()
-        card.query_selector("input[name=comment]").fill("keep the cache")
+        card.query_selector("input[name=reason]").fill("keep the cache")
         card.query_selector("button[value=deny]").click()
         page.wait_for_selector(".approval.a-denied", timeout=10_000)
         assert "keep the cache" in page.inner_text(".approval.a-denied")

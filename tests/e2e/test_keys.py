@@ -78,7 +78,7 @@ def test_the_inbox_from_the_keyboard(pages, eve, tmp_path, shots):
         page.keyboard.press("j")
         page.keyboard.press("d")
         assert page.evaluate(
-            f"document.activeElement === document.querySelector('#{order[1]} input[name=comment]')"
+            f"document.activeElement === document.querySelector('#{order[1]} input[name=reason]')"
         )
         page.keyboard.type("not today: keep the build folder")
         page.keyboard.press("Enter")

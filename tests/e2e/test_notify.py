@@ -74,7 +74,7 @@ def test_the_title_counts_waiting_approvals_and_notify_me_notifies(pages, eve, t
 
         # Deciding one lowers the count: the title follows, nothing is shown.
         wait_js(page, "document.querySelector('#live-state.on') !== null")
-        page.fill(".approval.a-pending input[name=comment]", "not now")
+        page.fill(".approval.a-pending input[name=reason]", "not now")
         page.locator(".approval.a-pending button[value=deny]").first.click()
         wait_js(page, "document.title === '(1) Approvals · Shiftlog'")
         assert page.evaluate("window.__notes") == []

@@ -44,7 +44,7 @@ def test_an_edit_is_json_and_the_card_shows_asked_against_ran(pages, eve, tmp_pa
         card = page.locator(f"#approval-{approval.pk}")
         card.locator("details.edit summary").click()
         # The README's old habit: a bare command, not JSON. Refused, clearly; nothing ran.
-        card.locator("textarea[name=edited]").fill("rm -rf build")
+        card.locator("textarea[name=input]").fill("rm -rf build")
         card.locator("button[value=edit]").click()
         wait_js(page, f"document.querySelector('#approval-{approval.pk} .error') !== null")
         assert "JSON" in page.inner_text(f"#approval-{approval.pk} .error")
@@ -53,7 +53,7 @@ def test_an_edit_is_json_and_the_card_shows_asked_against_ran(pages, eve, tmp_pa
         card = page.locator(f"#approval-{approval.pk}")
         if not card.locator("details.edit").get_attribute("open"):
             card.locator("details.edit summary").click()
-        card.locator("textarea[name=edited]").fill('{"command": "rm -rf build"}')
+        card.locator("textarea[name=input]").fill('{"command": "rm -rf build"}')
         card.locator("button[value=edit]").click()
         wait_js(page, f"document.querySelector('#approval-{approval.pk}.a-approved') !== null")
         decided = Approval.objects.get(pk=approval.pk)

@@ -20,7 +20,13 @@ class Command(BaseCommand):
             help="run this input instead, as a JSON object (for bash, the command itself also "
             "does); the edit is recorded as a diff",
         )
-        parser.add_argument("--comment", default="")
+        parser.add_argument(
+            "--reason",
+            "--comment",
+            dest="reason",
+            default="",
+            help="passed on to the agent with the approval",
+        )
         parser.add_argument(
             "--allow-similar",
             action="store_true",
@@ -30,15 +36,13 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         user, _ = acting(o["user"])
         try:
-            edited = None
-            if o["input"] is not None:
-                edited = approvals.parse_edit(approvals.get(o["approval_id"]), o["input"])
-            approval = approvals.decide(
+            # The one vocabulary (agents/approvals.py): an --input makes it an edit.
+            approval = approvals.decide_as(
                 o["approval_id"],
                 user=user,
-                approve=True,
-                edited_input=edited,
-                comment=o["comment"],
+                decision="edit" if o["input"] is not None else "approve",
+                reason=o["reason"],
+                input=o["input"],
                 allow_similar=o["allow_similar"],
             )
         except approvals.ApprovalError as e:

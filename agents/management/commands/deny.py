@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from agents.approvals import ApprovalError, decide, what_next
+from agents.approvals import ApprovalError, decide_as, what_next
 from agents.management.base import acting, fail, id_arg
 
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         user, _ = acting(o["user"])
         try:
-            approval = decide(o["approval_id"], user=user, approve=False, comment=o["reason"])
+            approval = decide_as(o["approval_id"], user=user, decision="deny", reason=o["reason"])
         except ApprovalError as e:
             raise fail(str(e)) from None
         self.stdout.write(f"approval {approval.pk} denied; {what_next(approval.run_id)}")
