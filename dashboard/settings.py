@@ -18,6 +18,8 @@ from pathlib import Path
 from csp import constants as csp
 from django.core.exceptions import ImproperlyConfigured
 
+from dashboard.extras import require
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 # A checkout has manage.py beside the apps; an installed package (`pip install shiftlog`) has its
 # templates and static files inside the `dashboard` package (pyproject.toml maps them there).
@@ -214,6 +216,7 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// URL (or unset for SQLite)")
+    require("postgres", "DATABASE_URL (PostgreSQL)")
 else:
     DATABASES = {
         "default": {
@@ -233,6 +236,8 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    require("redis", "REDIS_URL")
 # "api": the API's per-token request counts, shared by every web process when Redis is there.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
@@ -514,3 +519,10 @@ SHIFTLOG = {
     "FLEET_MAX_DEPTH": int(env_number("SHIFTLOG_FLEET_MAX_DEPTH", 2)),
     "FLEET_MAX_CHILDREN": int(env_number("SHIFTLOG_FLEET_MAX_CHILDREN", 8)),
 }
+
+if SHIFTLOG["BLOB_STORE"].startswith("s3://"):
+    require("s3", "SHIFTLOG_BLOB_STORE (an s3:// store)")
+if SHIFTLOG["OTEL_ENDPOINT"] or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    require("otel", "OTEL_EXPORTER_OTLP_ENDPOINT (an OpenTelemetry collector)")
+if SHIFTLOG["ANTHROPIC_API_KEY"]:
+    require("claude", "ANTHROPIC_API_KEY (runs driven by Claude)")

@@ -28,7 +28,9 @@ class Command(BaseCommand):
             self.stdout.write(
                 "Created the admin account 'admin' (no password; use the link below)."
             )
-        self.stdout.write(f"One-time login link for {admin.get_username()}: {login_link(admin, o['base_url'])}")
+        self.stdout.write(
+            f"One-time login link for {admin.get_username()}: {login_link(admin, o['base_url'])}"
+        )
         if not o["no_demo"] and not Run.objects.exists():
             run = create_demo_run(created_by=admin)
             manage = settings.MANAGE_COMMAND
