@@ -298,3 +298,47 @@ def test_serve_setup_says_each_step_and_prints_a_link_to_the_port_served(tmp_pat
         assert status == 200 and "immutable" in headers["Cache-Control"]
     finally:
         stop(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_served_on_another_host_its_pages_answer_and_links_name_it(tmp_path):
+    """--host 127.0.0.2 (another loopback address, as a LAN name would be): that host is
+    allowed (not a 400 for every page) and the links name it."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("admin", is_staff=True, is_superuser=True)
+    port = free_port()
+    env = process_env(tmp_path)
+    env.pop("SHIFTLOG_BASE_URL")
+    env["SHIFTLOG_DATA_DIR"] = str(tmp_path / "data")
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(port), "--host", "127.0.0.2"],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.2:{port}"
+    try:
+        wait_serving(base, proc, log)
+        printed = subprocess.run(
+            [sys.executable, "manage.py", "login_link", "--user", "admin"],
+            cwd=BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        link = printed.stdout.strip().splitlines()[-1]
+        assert link.startswith(base + "/login/"), printed.stdout + printed.stderr
+        browser = Browser()
+        browser.log_in(link)
+        status, _, _ = browser.open(base + "/")
+        assert status == 200
+    finally:
+        stop(proc)
