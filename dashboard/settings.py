@@ -22,7 +22,7 @@ from dashboard.extras import require
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # A checkout has manage.py beside the apps; an installed package (`pip install shiftlog`) has its
-# templates and static files inside the `dashboard` package (pyproject.toml maps them there).
+# templates and static files inside the `dashboard` package (setup.py copies them there).
 CHECKOUT = (BASE_DIR / "manage.py").exists()
 ASSETS_DIR = BASE_DIR if CHECKOUT else Path(__file__).resolve().parent / "assets"
 # How pages and set-up name a management command to the person running this copy.

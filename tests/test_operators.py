@@ -342,3 +342,18 @@ def test_served_on_another_host_its_pages_answer_and_links_name_it(tmp_path):
         assert status == 200
     finally:
         stop(proc)
+
+
+@pytest.mark.no_services
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("SHIFTLOG_LOG_FORMAT", "xml", "SHIFTLOG_LOG_FORMAT must be plain or json"),
+        ("SHIFTLOG_BASE_URL", "ftp://example.org", "SHIFTLOG_BASE_URL must start with http"),
+    ],
+)
+def test_a_bad_log_format_or_base_url_stops_start_up_naming_it(tmp_path, name, value, says):
+    from tests.test_settings import _check
+
+    proc = _check({name: value}, tmp_path)
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-2000:]

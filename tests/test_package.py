@@ -64,7 +64,15 @@ def installed():
         (wheel,) = wheels.glob("shiftlog-*.whl")
         subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True, timeout=120)
         pip = subprocess.run(
-            [str(where / "venv/bin/python"), "-m", "pip", "install", "-q", str(wheel)],
+            [
+                str(where / "venv/bin/python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-compile",
+                str(wheel),
+            ],
             cwd=where,
             env=env,
             capture_output=True,
