@@ -53,14 +53,16 @@ def installed():
         home.mkdir()
         env = bare_env(home)
         wheels = where / "dist"
+        # The sdist, then the wheel built from it (so the sdist carries what the wheel needs).
         built = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), "."],
+            [sys.executable, "-m", "build", "--no-isolation", "-o", str(wheels), "."],
             cwd=BASE_DIR,
             capture_output=True,
             text=True,
             timeout=300,
         )
-        assert built.returncode == 0, built.stderr
+        assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+        assert list(wheels.glob("shiftlog-*.tar.gz"))
         (wheel,) = wheels.glob("shiftlog-*.whl")
         subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True, timeout=120)
         pip = subprocess.run(
