@@ -3,40 +3,48 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# `make run PORT=8080 HOST=0.0.0.0`: where the server listens (its links use that address too,
+# unless SHIFTLOG_BASE_URL names another).
 PORT ?= 8000
+HOST ?= 127.0.0.1
 
-.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps browser
+.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser
 
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $@
+	@test -x $(PY) || { echo "Creating the virtualenv $(VENV)..."; $(PYTHON) -m venv $(VENV); }
+	@echo "Installing Shiftlog and its dependencies into $(VENV) with pip (a minute or two the first time)..."
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --progress-bar off -e '.[dev]'
+	@touch $@
+	@echo "Installed."
 
 setup: $(VENV)/.installed
 
 # bubblewrap is the sandbox runs' commands get (their workspace and the toolchain, nothing of the
 # supervisor, no network but through the run's proxy); without it runs do not start, unless the
 # operator sets SHIFTLOG_ALLOW_UNISOLATED=1.
-system-deps:
+# `make run` needs only this; the tests need the browser too (system-deps).
+sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "Installing bubblewrap (the sandbox of runs' commands) with apt-get..." && \
 	  (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) \
 	  || echo "note: bubblewrap (bwrap) could not be installed: runs will not start, because their commands cannot be isolated (set SHIFTLOG_ALLOW_UNISOLATED=1 to let them run with the worker's own reach, at your risk)"; }
+system-deps: sandbox
 	@$(MAKE) --no-print-directory browser
 
 # The browser tests drive Debian's chromium through the playwright package (never a Playwright
 # browser download); without it they are skipped with a note.
 browser:
 	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "Installing chromium (for the browser tests) with apt-get..." && \
 	  (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null 2>&1)) \
 	  || echo "note: chromium is not installed; the browser tests are skipped"; }
 
-# Links (the one-time login, webhooks) point at the port served, unless SHIFTLOG_BASE_URL says.
-run: export SHIFTLOG_BASE_URL ?= http://127.0.0.1:$(PORT)
-run: setup system-deps
-	$(PY) manage.py migrate --noinput -v0
-	$(PY) manage.py bootstrap
-	$(PY) manage.py serve --port $(PORT)
+# Sets up the data folder (var/), saying each step (migrations, static files, the admin's login
+# link, the demo run), then serves. Links (the one-time login, webhooks) point at the address
+# served, unless SHIFTLOG_BASE_URL says.
+run: setup sandbox
+	$(PY) manage.py serve --setup --port $(PORT) --host $(HOST)
 
 # Every test on SQLite, then the ones whose behaviour can differ with the database, the queue or
 # the channel layer again on the PostgreSQL and Redis of this machine (skipped, saying so, when

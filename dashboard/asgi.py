@@ -9,17 +9,16 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from dashboard.origins import SameOriginValidator  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # The embedded product has no separate web server in front: static files (the
-        # stylesheet, htmx and its ws extension, vendored by django-htmx) are served from the
-        # app folders directly.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # No separate web server is needed in front: static files (the stylesheet, htmx and
+        # its ws extension, vendored by django-htmx) are served by ServeStatic's middleware,
+        # with hashed names once collected (dashboard/staticfiles.py).
+        "http": django_asgi_app,
         # Only the page's own origin (scheme, host and port) may open a socket: see origins.py.
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

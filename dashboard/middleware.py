@@ -8,9 +8,12 @@ here, with 400 and a sentence saying why, so nothing built from a mangled value 
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import parse_qsl
 
 from django.http import HttpResponseBadRequest
+
+from agents import logcontext
 
 FORM = "application/x-www-form-urlencoded"
 
@@ -42,3 +45,22 @@ class Utf8OnlyMiddleware:
                 content_type="text/plain; charset=utf-8",
             )
         return self.get_response(request)
+
+
+class RequestIdMiddleware:
+    """Each request's id: the proxy's X-Request-ID when it is a plain token, else a new one. It
+    is on every log line written while the request is served and on the response's
+    X-Request-ID, so an operator finds a request's lines from what the browser or proxy saw."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        rid = logcontext.sane_request_id(request.headers.get("X-Request-ID")) or uuid.uuid4().hex
+        # Not reset on the way out: Django logs a refused request (4xx, 5xx) after the
+        # middleware has returned. Under ASGI each request has a context of its own; a
+        # threaded server's next request on the thread sets its own id here.
+        logcontext.request_id.set(rid)
+        response = self.get_response(request)
+        response["X-Request-ID"] = rid
+        return response

@@ -18,7 +18,15 @@ from pathlib import Path
 from csp import constants as csp
 from django.core.exceptions import ImproperlyConfigured
 
+from dashboard.extras import require
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A checkout has manage.py beside the apps; an installed package (`pip install shiftlog`) has its
+# templates and static files inside the `dashboard` package (setup.py copies them there).
+CHECKOUT = (BASE_DIR / "manage.py").exists()
+ASSETS_DIR = BASE_DIR if CHECKOUT else Path(__file__).resolve().parent / "assets"
+# How pages and set-up name a management command to the person running this copy.
+MANAGE_COMMAND = ".venv/bin/python manage.py" if CHECKOUT else "shiftlog manage"
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -49,7 +57,14 @@ def env_number(name: str, default: float, cast: type = int) -> float:
     return value
 
 
-DATA_DIR = Path(env_str("SHIFTLOG_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+def _default_data_dir() -> Path:
+    """var/ in a checkout; for an installed package, the user's data folder (XDG)."""
+    if CHECKOUT:
+        return BASE_DIR / "var"
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "shiftlog"
+
+
+DATA_DIR = Path(env_str("SHIFTLOG_DATA_DIR") or _default_data_dir()).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("SHIFTLOG_DEBUG", False)
@@ -65,7 +80,26 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
-SHIFTLOG_BASE_URL = env_str("SHIFTLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+
+def _base_url() -> str:
+    """Where the server is reached: SHIFTLOG_BASE_URL, else the address the last `serve` on this
+    data folder recorded (so `manage.py login_link` in another terminal prints a link to the port
+    actually served), else port 8000 of this machine."""
+    named = env_str("SHIFTLOG_BASE_URL").strip()
+    if not named:
+        recorded = DATA_DIR / "server_url"
+        named = recorded.read_text().strip() if recorded.is_file() else ""
+        if not named.startswith(("http://", "https://")):
+            named = "http://127.0.0.1:8000"
+    if not named.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(
+            f"SHIFTLOG_BASE_URL must start with http:// or https://, not {named!r}"
+        )
+    return named.rstrip("/")
+
+
+SHIFTLOG_BASE_URL = _base_url()
 
 # Behind a TLS-terminating reverse proxy (which sets X-Forwarded-Proto): cookies only over
 # HTTPS, plain HTTP redirected (the health endpoints excepted, for load balancers), and HSTS
@@ -102,6 +136,12 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files under ASGI (ServeStatic): hashed names from collectstatic's manifest are
+    # cached for good (a new deploy has new names, so browsers fetch it at once).
+    "servestatic.middleware.ServeStaticMiddleware",
+    # Every request gets an id (X-Request-ID, taken from a proxy when it sends a sane one), on
+    # its response and on every log line written while it is served (agents/logcontext.py).
+    "dashboard.middleware.RequestIdMiddleware",
     "dashboard.middleware.Utf8OnlyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -157,7 +197,7 @@ WSGI_APPLICATION = "dashboard.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [ASSETS_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -176,6 +216,7 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// URL (or unset for SQLite)")
+    require("postgres", "DATABASE_URL (PostgreSQL)")
 else:
     DATABASES = {
         "default": {
@@ -195,6 +236,8 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    require("redis", "REDIS_URL")
 # "api": the API's per-token request counts, shared by every web process when Redis is there.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
@@ -264,17 +307,52 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# `collectstatic` (make run, `shiftlog run`, a deploy's release step) writes the files here with
+# hashed names and a manifest; until it has run, pages name the plain files, found in the apps.
+STATIC_ROOT = Path(env_str("SHIFTLOG_STATIC_ROOT") or DATA_DIR / "static")
+STATICFILES_DIRS = [ASSETS_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "dashboard.staticfiles.HashedStaticFilesStorage"},
+}
+SERVESTATIC_USE_FINDERS = True  # the plain files too, for a checkout not collected yet
 
+# SHIFTLOG_LOG_FORMAT=json: one JSON object a line (python-json-logger), for a log pipeline; every
+# line carries the run id, the session and the request id (null where there is none).
+LOG_FORMAT = env_str("SHIFTLOG_LOG_FORMAT", "plain").strip().lower() or "plain"
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"SHIFTLOG_LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}")
+LOG_LEVEL = env_str("SHIFTLOG_LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "agents.logcontext.ContextFilter"}},
+    "formatters": {
+        "plain": {
+            "()": "agents.logcontext.PlainFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s",
+        },
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            "static_fields": {"service": "shiftlog"},
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "loggers": {
-        "agents": {"handlers": ["console"], "level": env_str("SHIFTLOG_LOG_LEVEL", "INFO")},
+        "agents": {"handlers": ["console"], "level": LOG_LEVEL},
+        "dashboard": {"handlers": ["console"], "level": LOG_LEVEL},
+        "api": {"handlers": ["console"], "level": LOG_LEVEL},
         "huey": {"handlers": ["console"], "level": "INFO"},
+        # Errors and refused requests (Django logs them nowhere by default without DEBUG).
+        "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
 
@@ -450,3 +528,10 @@ SHIFTLOG = {
     "FLEET_MAX_DEPTH": int(env_number("SHIFTLOG_FLEET_MAX_DEPTH", 2)),
     "FLEET_MAX_CHILDREN": int(env_number("SHIFTLOG_FLEET_MAX_CHILDREN", 8)),
 }
+
+if SHIFTLOG["BLOB_STORE"].startswith("s3://"):
+    require("s3", "SHIFTLOG_BLOB_STORE (an s3:// store)")
+if SHIFTLOG["OTEL_ENDPOINT"] or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    require("otel", "OTEL_EXPORTER_OTLP_ENDPOINT (an OpenTelemetry collector)")
+if SHIFTLOG["ANTHROPIC_API_KEY"]:
+    require("claude", "ANTHROPIC_API_KEY (runs driven by Claude)")

@@ -124,6 +124,9 @@ def process_env(tmp_path: Path) -> dict[str, str]:
             "SHIFTLOG_DATA_DIR": str(settings.DATA_DIR),
             "SHIFTLOG_WORKSPACES": str(settings.SHIFTLOG["WORKSPACE_ROOT"]),
             "SHIFTLOG_BLOBS": str(settings.SHIFTLOG["BLOB_ROOT"]),
+            # The test's own address: a `serve` another test ran on this data folder recorded
+            # its own there (dashboard/settings.py), which a later process would read instead.
+            "SHIFTLOG_BASE_URL": settings.SHIFTLOG_BASE_URL,
         }
     )
     if connection.vendor == "postgresql":

@@ -29,3 +29,9 @@ HUEY = {**HUEY, "huey_class": "huey.MemoryHuey", "immediate": False}
 # tests/test_deferred_checks.py turns it on with transactional tests.
 SHIFTLOG = {**SHIFTLOG, "DEMO_TURN_DELAY_SECONDS": 0.0, "DEFER_SESSION_CHECKS": False}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The plain storage: no test needs `collectstatic` (tests/test_operators.py runs it where the
+# hashed names are the point).
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}

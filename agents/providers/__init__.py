@@ -44,7 +44,15 @@ def for_run(run) -> Provider:
         return _scripted_provider(run)
     if run.provider == "anthropic":
         # Deferred: the SDK takes about a second to import; only workers driving such runs pay.
-        from agents.providers.anthropic import AnthropicProvider  # noqa: PLC0415
+        # It is the claude extra: without it such a run fails saying so.
+        try:
+            from agents.providers.anthropic import AnthropicProvider  # noqa: PLC0415
+        except ModuleNotFoundError as e:
+            if e.name != "anthropic":
+                raise
+            raise ValueError(
+                "runs driven by Claude need the claude extra: pip install 'shiftlog[claude]'"
+            ) from None
 
         config = settings.SHIFTLOG
         return AnthropicProvider(

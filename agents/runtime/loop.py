@@ -20,7 +20,7 @@ import time
 from django.conf import settings
 from django.db.models import F
 
-from agents import isolation, leases, workspaces
+from agents import isolation, leases, logcontext, workspaces
 from agents.blobstore import BlobStoreUnavailable
 from agents.eventlog import LeaseLost, NewEvent
 from agents.isolation import MIB
@@ -57,24 +57,28 @@ __all__ = ["Driver", "Outcome", "SliceResult", "drive"]
 def drive(run_id: int, *, owner: str | None = None, max_seconds: float | None = None) -> Outcome:
     """Drive one slice of a run. Safe to call from any worker, any number of times."""
     owner = owner or leases.worker_id()
-    if not leases.claim(run_id, owner):
-        return Outcome(SliceResult.NOT_CLAIMED)
-    started = time.monotonic()
-    try:
-        result = Driver(run_id, owner, max_seconds).run()
-    except LeaseLost:
-        log.warning("run %s: lease lost by %s; stopping", run_id, owner)
-        result = SliceResult.LEASE_LOST
-    finally:
-        # Time inside slices counts against the wall-time budget; waiting for people does not.
-        Run.objects.filter(pk=run_id).update(
-            active_seconds=F("active_seconds") + (time.monotonic() - started)
-        )
-        leases.release(run_id, owner)
-    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
-    if result in REQUEUE and status == RunStatus.RUNNING:
-        enqueue(run_id)
-    return Outcome(result, status)
+    # Every log line written while this slice runs names the run (and its session).
+    with logcontext.bound_run(run_id):
+        if not leases.claim(run_id, owner):
+            return Outcome(SliceResult.NOT_CLAIMED)
+        log.info("run %s: slice started by %s", run_id, owner)
+        started = time.monotonic()
+        try:
+            result = Driver(run_id, owner, max_seconds).run()
+        except LeaseLost:
+            log.warning("run %s: lease lost by %s; stopping", run_id, owner)
+            result = SliceResult.LEASE_LOST
+        finally:
+            # Time inside slices counts against the wall-time budget; waiting for people does not.
+            Run.objects.filter(pk=run_id).update(
+                active_seconds=F("active_seconds") + (time.monotonic() - started)
+            )
+            leases.release(run_id, owner)
+        status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
+        log.info("run %s: slice ended (%s); the run is %s", run_id, result, status)
+        if result in REQUEUE and status == RunStatus.RUNNING:
+            enqueue(run_id)
+        return Outcome(result, status)
 
 
 class Driver:

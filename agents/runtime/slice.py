@@ -28,6 +28,7 @@ from agents import (
     isolation,
     leases,
     lifecycle,
+    logcontext,
     providers,
     sandbox,
     workspaces,
@@ -137,6 +138,7 @@ OWNERS = {
     "rules": "slice", "status": "slice", "known_seq": "slice", "workspace_tree": "slice",
     "workspace_bytes": "slice", "file_changes": "slice", "last_heartbeat": "slice",
     "_deferred": "slice", "_deferred_session": "slice",
+    "_session": "slice",  # behind the `session` property (Sessions sets it)
 }  # fmt: skip
 
 
@@ -159,7 +161,7 @@ class Slice:
         self.rules: list[dict[str, Any]] = [*run.tool_policy, *settings.SHIFTLOG["TOOL_POLICY"]]
         self.status: str = run.status
         self.known_seq: int = run.last_seq
-        self.session: Session | None = None  # set by Sessions.open before any step
+        self._session: Session | None = None  # set by Sessions.open before any step
         # Rebuilt from the log when the session opens (Sessions.open); until then an empty one.
         self.conv = Conversation(first_message="")
         # The provider's place on the live branch (a rewind or fork moves it back).
@@ -187,6 +189,16 @@ class Slice:
         """The run's workspace here, made on first use: after the worker has claimed the run and
         restored it (a folder made earlier would look like this host's copy of it)."""
         return sandbox.Workspace(self.run.workspace_path)
+
+    @property
+    def session(self) -> Session | None:
+        return self._session
+
+    @session.setter
+    def session(self, value: Session | None) -> None:
+        # The worker's log lines name the session it is in (agents/logcontext.py).
+        self._session = value
+        logcontext.set_session(value.index if value is not None else None)
 
     @property
     def session_id(self) -> int | None:

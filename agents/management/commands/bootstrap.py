@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -13,6 +14,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--no-demo", action="store_true")
+        parser.add_argument(
+            "--base-url", help="the address the server is reached at (default: SHIFTLOG_BASE_URL)"
+        )
 
     def handle(self, *args, **o):
         User = get_user_model()
@@ -24,13 +28,16 @@ class Command(BaseCommand):
             self.stdout.write(
                 "Created the admin account 'admin' (no password; use the link below)."
             )
-        self.stdout.write(f"One-time login link for {admin.get_username()}: {login_link(admin)}")
+        self.stdout.write(
+            f"One-time login link for {admin.get_username()}: {login_link(admin, o['base_url'])}"
+        )
         if not o["no_demo"] and not Run.objects.exists():
             run = create_demo_run(created_by=admin)
+            manage = settings.MANAGE_COMMAND
             self.stdout.write(
                 f"Created the demo run {run.pk} (scripted, offline). Watch it with:\n"
-                f"  .venv/bin/python manage.py tail_run {run.pk} --follow\n"
+                f"  {manage} tail_run {run.pk} --follow\n"
                 "Its risky step waits for your approval:\n"
-                "  .venv/bin/python manage.py approvals\n"
-                f"  .venv/bin/python manage.py approve ID --user {admin.get_username()}"
+                f"  {manage} approvals\n"
+                f"  {manage} approve ID --user {admin.get_username()}"
             )
