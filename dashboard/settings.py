@@ -270,7 +270,13 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    # An agent's text in a log line shows its control characters visibly (agents/terminal.py).
+    "formatters": {
+        "plain": {
+            "()": "agents.terminal.VisibleFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "agents": {"handlers": ["console"], "level": env_str("SHIFTLOG_LOG_LEVEL", "INFO")},

@@ -3,10 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
-
 from agents import inputs
-from agents.management.base import acting, fail
+from agents.management.base import BaseCommand, acting, fail
 from agents.providers.scripted import ScriptError, load_script
 from agents.services import (
     DEMO_GOAL_NOTICE,

@@ -10,10 +10,9 @@ import threading
 import time
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
 from agents import schedules
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 from agents.reaper import reap
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
