@@ -76,9 +76,18 @@ if env_bool("SHIFTLOG_HTTPS", False):
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
     SECURE_HSTS_SECONDS = int(env_number("SHIFTLOG_HSTS_SECONDS", 0))
-    # The client's address, for login throttling, is the one the proxy saw.
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
-    AXES_IPWARE_PROXY_COUNT = 1
+
+# The client's address, for login throttling, is the one the outermost of this many trusted
+# proxies saw (X-Forwarded-For, read from the right: dashboard/client_ip.py); 0 reads only the
+# connection's address. Behind the TLS proxy SHIFTLOG_HTTPS declares, one by default.
+SHIFTLOG_TRUSTED_PROXIES = int(
+    env_number("SHIFTLOG_TRUSTED_PROXIES", 1 if env_bool("SHIFTLOG_HTTPS", False) else 0)
+)
+if SHIFTLOG_TRUSTED_PROXIES > 10:
+    raise ImproperlyConfigured(
+        f"SHIFTLOG_TRUSTED_PROXIES must be 0 to 10, not {SHIFTLOG_TRUSTED_PROXIES}"
+    )
+AXES_CLIENT_IP_CALLABLE = "dashboard.client_ip.client_ip"
 
 INSTALLED_APPS = [
     "daphne",
