@@ -383,6 +383,9 @@ SHIFTLOG = {
         "cpu_seconds": int(env_number("SHIFTLOG_MAX_CPU_SECONDS", 1800)),
         "workspace_mb": int(env_number("SHIFTLOG_MAX_WORKSPACE_MB", 5120)),
     },
+    # The free space (MB) a run's command must leave on its workspace's filesystem (for the
+    # database and everything else there): a command going below it is killed (0: no floor).
+    "MIN_FREE_MB": int(env_number("SHIFTLOG_MIN_FREE_MB", 1024)),
     "ANTHROPIC_API_KEY": env_str("ANTHROPIC_API_KEY"),
     "ANTHROPIC_BASE_URL": env_str("ANTHROPIC_BASE_URL") or None,
     "ANTHROPIC_MAX_RETRIES": int(env_number("SHIFTLOG_ANTHROPIC_MAX_RETRIES", 4)),
