@@ -101,7 +101,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-processes", type=int, help="processes per command")
         parser.add_argument("--max-cpu-seconds", type=int, help="CPU seconds per process")
         parser.add_argument(
-            "--max-workspace-mb", type=int, help="workspace size, checked at every checkpoint"
+            "--max-workspace-mb",
+            type=int,
+            help="workspace size (MB): a command growing it past this is stopped, and a checkpoint over it pauses the run",
         )
         env = parser.add_mutually_exclusive_group()
         env.add_argument(
