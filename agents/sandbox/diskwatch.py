@@ -100,6 +100,12 @@ class DiskWatch:
         self.stop_command()
 
     def _watch(self) -> None:
+        try:
+            self._look()
+        except OSError:  # the workspace went away under the command: nothing left to measure
+            return
+
+    def _look(self) -> None:
         size = tree_bytes(self.root) if self.cap else 0
         # A workspace over its cap already (a command stopped near it left it there) may still
         # be cleaned up and checked; a command may not make it bigger. The checkpoint after it
