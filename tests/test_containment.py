@@ -112,6 +112,16 @@ def test_a_command_writing_past_the_cap_and_deleting_it_is_stopped_while_it_runs
     assert run.status == RunStatus.PAUSED and "over its cap of 2 MB" in run.status_reason
 
 
+def test_a_runs_commands_get_its_workspace_cap_and_the_floor_from_the_settings(settings):
+    from agents import isolation
+    from agents.sandbox.limits import MiB
+
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": 300}
+    run = make_run(limits={"workspace_mb": 1024})
+    limits = isolation.limits_for(run)
+    assert limits.workspace_bytes == 1024 * MiB and limits.min_free_bytes == 300 * MiB
+
+
 @pytest.mark.parametrize(
     ("limits", "said"),
     [

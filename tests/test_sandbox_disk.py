@@ -20,8 +20,9 @@ BWRAP = isolation_available() == "bwrap"
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bubblewrap is not usable here")
 ISOLATIONS = ["subprocess", pytest.param("bwrap", marks=needs_bwrap)]
 CAP = 48 * MiB
-# What a command may write past the cap before it is stopped (a few looks at the disk's speed).
-SLACK = 200 * MiB
+# What a command may write past the cap before it is stopped: a few looks at the disk at page-cache
+# speed, on a machine other work may hold up (the command writes 1.5 GB if nothing stops it).
+SLACK = 500 * MiB
 
 ONE_BIG_FILE = "dd if=/dev/zero of=big bs=1M count=1500 status=none; rm -f big; echo finished"
 MANY_FILES = (
@@ -117,13 +118,3 @@ def test_the_bash_tool_says_why_the_command_was_stopped(ws):
         "[stopped; killed: the workspace reached its cap of 48 MiB while the command ran "
         "(free space in it, or ask for a bigger cap)]"
     )
-
-
-def test_a_runs_commands_get_its_workspace_cap_and_the_floor_from_the_settings(settings, db):
-    from agents import isolation
-    from tests.conftest import make_run
-
-    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": 300}
-    run = make_run(limits={"workspace_mb": 1024})
-    limits = isolation.limits_for(run)
-    assert limits.workspace_bytes == 1024 * MiB and limits.min_free_bytes == 300 * MiB

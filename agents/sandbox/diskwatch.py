@@ -106,12 +106,17 @@ class DiskWatch:
             return
 
     def _look(self) -> None:
+        # Free space first: what the command writes while a big workspace is walked is counted
+        # (perhaps twice, which only makes the next walk come sooner).
+        free_then = free_bytes(self.root)
+        if self.floor is not None and free_then < self.floor:
+            self._breach("disk_free")
+            return
         size = tree_bytes(self.root) if self.cap else 0
         # A workspace over its cap already (a command stopped near it left it there) may still
         # be cleaned up and checked; a command may not make it bigger. The checkpoint after it
         # pauses the run over its cap (agents/runtime/budgets.py).
         cap = max(self.cap, size) if self.cap else None
-        free_then = free_bytes(self.root)
         measured_at, measure_every = time.monotonic(), MEASURE_EVERY_S
         while True:
             free = self.free_bytes = free_bytes(self.root)
