@@ -7,27 +7,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('api', '0001_initial'),
+        ("api", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='IdempotentRequest',
+            name="IdempotentRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('fingerprint', models.CharField(max_length=64)),
-                ('status', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('content_type', models.CharField(blank=True, max_length=100)),
-                ('body', models.BinaryField(default=b'')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("fingerprint", models.CharField(max_length=64)),
+                ("status", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("content_type", models.CharField(blank=True, max_length=100)),
+                ("body", models.BinaryField(default=b"")),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('user', 'key'), name='api_idempotency_key_per_user')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "key"), name="api_idempotency_key_per_user"
+                    )
+                ],
             },
         ),
     ]
