@@ -27,7 +27,7 @@ LIMIT_NAMES = {
     "memory_mb": "memory per command (MB)",
     "processes": "processes per command",
     "cpu_seconds": "CPU seconds per process",
-    "workspace_mb": "workspace size (MB), checked at every checkpoint",
+    "workspace_mb": "workspace size (MB), watched while commands run and at every checkpoint",
 }
 
 
@@ -62,6 +62,8 @@ def limits_for(run: Run) -> sandbox.Limits:
         memory_bytes=values["memory_mb"] * MIB,
         processes=values["processes"],
         cpu_seconds=values["cpu_seconds"],
+        workspace_bytes=values["workspace_mb"] * MIB or None,
+        min_free_bytes=int(settings.SHIFTLOG["MIN_FREE_MB"]) * MIB or None,
     )
 
 

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+from agents.terminal import visible
+
 run_id: ContextVar[int | None] = ContextVar("shiftlog_run_id", default=None)
 session: ContextVar[int | None] = ContextVar("shiftlog_session", default=None)
 request_id: ContextVar[str | None] = ContextVar("shiftlog_request_id", default=None)
@@ -67,4 +69,5 @@ class PlainFormatter(logging.Formatter):
         if getattr(record, "request_id", None) is not None:
             parts.append(f"request {record.request_id}")
         record.context = f" [{' '.join(parts)}]" if parts else ""
-        return super().format(record)
+        # An agent's text in a log line shows its control characters visibly.
+        return visible(super().format(record))

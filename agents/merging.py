@@ -3,7 +3,8 @@
 base = the tree the child started from, theirs = the child's final tree, ours = the parent's
 workspace as it is now; the child's paths sit under `folder` of the parent's. Per path: when ours
 equals theirs nothing changes; when ours is still the base, theirs is taken; when both changed a
-text file, `merge3` merges the lines; anything else (both changed a binary file, one deleted what
+text file, `git merge-file` merges the lines (a subprocess: git is a separate program, so its
+licence does not reach ours); anything else (both changed a binary file, one deleted what
 the other changed, a symlink) is a whole-file conflict.
 
 A merge is planned in memory first (`plan`); a plan with a conflict applies nothing. `apply`
@@ -18,18 +19,22 @@ import contextlib
 import os
 import shutil
 import stat
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import merge3
 
 from agents import sandbox
 from agents.snapshots import Snapshots
 
 # A side of a path: ("f", bytes, mode), ("l", target) or None (absent).
 Side = tuple | None
-MARKERS = {"name_a": "ours (parent)", "name_b": "theirs (child)"}
+MARKERS = ("ours (parent)", "base", "theirs (child)")  # labels for git merge-file's -L
+# git with no user or system configuration (a merge.conflictStyle of the host's would change the
+# markers), and two-sided markers pinned.
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
+MERGE_TIMEOUT_S = 60
 MAX_CONFLICT_CHARS = 20_000
 
 
@@ -151,9 +156,33 @@ def _merge_text(b: Side, o: Side, t: Side) -> tuple[str, bool] | None:
     lines = [_text(s) for s in (b, o, t)]
     if any(x is None for x in lines) or o is None or t is None:
         return None
-    m = merge3.Merge3(*lines)
-    clean = not any(r[0] == "conflict" for r in m.merge_regions())
-    return "".join(m.merge_lines(**MARKERS)), clean
+    with tempfile.TemporaryDirectory(prefix="shiftlog-merge-") as tmp:
+        names = []
+        for name, side in (("ours", o), ("base", b), ("theirs", t)):
+            path = Path(tmp) / name
+            path.write_bytes(side[1] if side is not None else b"")
+            names.append(str(path))
+        labels = [arg for label in MARKERS for arg in ("-L", label)]
+        try:
+            done = subprocess.run(
+                ["git", "-c", "merge.conflictStyle=merge", "merge-file", "-p", *labels, *names],
+                capture_output=True,
+                cwd=tmp,
+                env={**os.environ, **GIT_ENV},
+                timeout=MERGE_TIMEOUT_S,
+                check=False,
+            )
+        except FileNotFoundError as e:
+            raise RuntimeError("three-way merges need git on the PATH") from e
+        except subprocess.TimeoutExpired:
+            return None  # too large to merge line by line: a whole-file conflict
+    # 0: clean; 1..127: the number of conflicts; anything else (-1 = 255) is git's own error.
+    if not 0 <= done.returncode <= 127:
+        return None
+    try:
+        return done.stdout.decode("utf-8"), done.returncode == 0
+    except UnicodeDecodeError:
+        return None
 
 
 def _resolved(resolution: dict[str, Any] | None, path: str) -> str | bytes | None:

@@ -75,3 +75,25 @@ class ApiToken(models.Model):
                 revoked_at=timezone.now()
             )
         )
+
+
+class IdempotentRequest(models.Model):
+    """A POST sent with an `Idempotency-Key` (api/idempotency.py): the same user's same key
+    within IDEMPOTENCY_TTL gets the stored answer again, never a second run or call. `status` is
+    null while the first request is being answered."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)  # sha256 of method, path, query and body
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    content_type = models.CharField(max_length=100, blank=True)
+    body = models.BinaryField(default=b"")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="api_idempotency_key_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.user_id}, {self.status or 'pending'})"

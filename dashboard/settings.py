@@ -110,9 +110,18 @@ if env_bool("SHIFTLOG_HTTPS", False):
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
     SECURE_HSTS_SECONDS = int(env_number("SHIFTLOG_HSTS_SECONDS", 0))
-    # The client's address, for login throttling, is the one the proxy saw.
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
-    AXES_IPWARE_PROXY_COUNT = 1
+
+# The client's address, for login throttling, is the one the outermost of this many trusted
+# proxies saw (X-Forwarded-For, read from the right: dashboard/client_ip.py); 0 reads only the
+# connection's address. Behind the TLS proxy SHIFTLOG_HTTPS declares, one by default.
+SHIFTLOG_TRUSTED_PROXIES = int(
+    env_number("SHIFTLOG_TRUSTED_PROXIES", 1 if env_bool("SHIFTLOG_HTTPS", False) else 0)
+)
+if SHIFTLOG_TRUSTED_PROXIES > 10:
+    raise ImproperlyConfigured(
+        f"SHIFTLOG_TRUSTED_PROXIES must be 0 to 10, not {SHIFTLOG_TRUSTED_PROXIES}"
+    )
+AXES_CLIENT_IP_CALLABLE = "dashboard.client_ip.client_ip"
 
 INSTALLED_APPS = [
     "daphne",
@@ -147,6 +156,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A retried API POST with the same Idempotency-Key gets the first answer (api/idempotency.py).
+    "api.idempotency.idempotency_middleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -447,6 +458,9 @@ SHIFTLOG = {
         "cpu_seconds": int(env_number("SHIFTLOG_MAX_CPU_SECONDS", 1800)),
         "workspace_mb": int(env_number("SHIFTLOG_MAX_WORKSPACE_MB", 5120)),
     },
+    # The free space (MB) a run's command must leave on its workspace's filesystem (for the
+    # database and everything else there): a command going below it is killed (0: no floor).
+    "MIN_FREE_MB": int(env_number("SHIFTLOG_MIN_FREE_MB", 1024)),
     "ANTHROPIC_API_KEY": env_str("ANTHROPIC_API_KEY"),
     "ANTHROPIC_BASE_URL": env_str("ANTHROPIC_BASE_URL") or None,
     "ANTHROPIC_MAX_RETRIES": int(env_number("SHIFTLOG_ANTHROPIC_MAX_RETRIES", 4)),

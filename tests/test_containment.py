@@ -97,6 +97,31 @@ def test_a_workspace_past_its_cap_pauses_the_run_with_the_reason(settings):
     services.resume_run(run.pk, actor="test")
 
 
+def test_a_command_writing_past_the_cap_and_deleting_it_is_stopped_while_it_runs(settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "CHECKPOINT_EVERY": 1}
+    # 30 MB written and deleted in one command: a checkpoint after it would see nothing.
+    fill = "head -c 30000000 /dev/zero > big.bin; rm big.bin; echo finished"
+    run = make_run(
+        turns=[{"tool_calls": [call("bash", command=fill)]}, finish_turn()],
+        limits={"workspace_mb": 2},
+    )
+    run = drive_until_idle(run)
+    said = str(results(run))
+    assert "the workspace reached its cap of 2 MiB while the command ran" in said
+    assert "finished" not in said
+    assert run.status == RunStatus.PAUSED and "over its cap of 2 MB" in run.status_reason
+
+
+def test_a_runs_commands_get_its_workspace_cap_and_the_floor_from_the_settings(settings):
+    from agents import isolation
+    from agents.sandbox.limits import MiB
+
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": 300}
+    run = make_run(limits={"workspace_mb": 1024})
+    limits = isolation.limits_for(run)
+    assert limits.workspace_bytes == 1024 * MiB and limits.min_free_bytes == 300 * MiB
+
+
 @pytest.mark.parametrize(
     ("limits", "said"),
     [

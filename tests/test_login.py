@@ -104,3 +104,55 @@ def test_login_link_refuses_bad_arguments(owner, args, said):
 
     with pytest.raises(CommandError, match=said):
         call_command("login_link", *args, stdout=StringIO())
+
+
+PROXY = "10.0.0.1"  # the TLS proxy: every request reaches Django from its address
+
+
+def via_proxy(password: str, client: str, username: str = "olivia", *, forged: str = ""):
+    """A login through the proxy, which appends the address it saw to X-Forwarded-For (after
+    whatever the client wrote there itself)."""
+    chain = f"{forged}, {client}" if forged else client
+    return Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=chain).post(
+        "/accounts/login/", {"username": username, "password": password}
+    )
+
+
+def test_behind_a_trusted_proxy_five_bad_logins_lock_out_that_client_not_everyone(owner, settings):
+    settings.SHIFTLOG_TRUSTED_PROXIES = 1
+    for i in range(5):
+        via_proxy("wrong", "198.51.100.7", username=f"guess{i}")
+    assert via_proxy("pw-olivia-1", "198.51.100.7").status_code == 429
+    # Another client behind the same proxy logs in.
+    assert logged_in(via_proxy("pw-olivia-1", "198.51.100.8"))
+    # The locked client writing another address to the left of the proxy's gets nowhere.
+    assert via_proxy("pw-olivia-1", "198.51.100.7", forged="198.51.100.99").status_code == 429
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"198.51.100.7"}
+
+
+def test_behind_two_proxies_the_address_the_outer_one_saw_counts(owner, settings):
+    settings.SHIFTLOG_TRUSTED_PROXIES = 2
+    for i in range(5):  # the outer proxy appended the client, the inner one the outer's address
+        via_proxy("wrong", "198.51.100.7, 10.0.0.2", username=f"guess{i}", forged=f"1.1.1.{i}")
+    assert via_proxy("pw-olivia-1", "198.51.100.7, 10.0.0.2").status_code == 429
+    assert logged_in(via_proxy("pw-olivia-1", "198.51.100.8, 10.0.0.2"))
+
+
+def test_without_trusted_proxies_x_forwarded_for_is_ignored_and_cannot_dodge_a_lockout(owner):
+    for i in range(5):  # a different forged address each time: all from one connection
+        via_proxy("wrong", f"203.0.113.{i}", username=f"guess{i}")
+    assert via_proxy("pw-olivia-1", "203.0.113.200").status_code == 429
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {PROXY}
+
+
+@pytest.mark.parametrize("header", ["", "not-an-address", "1.2.3.4, ,", "999.1.1.1"])
+def test_a_broken_forwarded_chain_falls_back_to_the_connections_address(owner, settings, header):
+    from django.test import RequestFactory
+
+    from dashboard.client_ip import client_ip
+
+    settings.SHIFTLOG_TRUSTED_PROXIES = 2
+    request = RequestFactory().get("/", REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=header)
+    assert client_ip(request) == PROXY
+    ok = RequestFactory().get("/", REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="[2001:db8::1]:443, x")
+    assert client_ip(ok) == "2001:db8::1"

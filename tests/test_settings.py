@@ -179,3 +179,13 @@ def test_a_malformed_webhook_secret_stops_start_up_and_a_missing_one_is_made(tmp
     assert _check({}, tmp_path).returncode == 0
     made = (tmp_path / "webhook_secret").read_text()
     assert made.startswith("whsec_") and (tmp_path / "webhook_secret").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "said"), [("many", "must be a number"), ("11", "must be 0 to 10"), ("-1", "negative")]
+)
+def test_a_bad_trusted_proxy_count_stops_start_up(tmp_path, value, said):
+    proc = _check({"SHIFTLOG_TRUSTED_PROXIES": value}, tmp_path)
+    assert (
+        proc.returncode != 0 and "SHIFTLOG_TRUSTED_PROXIES" in proc.stderr and said in proc.stderr
+    )

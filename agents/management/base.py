@@ -6,11 +6,13 @@ import argparse
 import getpass
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand as DjangoBaseCommand
+from django.core.management.base import CommandError, OutputWrapper
 
 from agents import checkpoints, inputs
 from agents.models import Run
 from agents.services import RunError
+from agents.terminal import visible
 
 
 def id_arg(text: str) -> int:
@@ -49,6 +51,51 @@ def acting(username: str | None) -> tuple[object | None, str]:
     except get_user_model().DoesNotExist:
         raise fail(f"no user named {username!r}") from None
     return user, f"user:{user.get_username()}"
+
+
+class VisibleOutput(OutputWrapper):
+    """A command's stdout or stderr that shows control characters visibly (agents/terminal.py).
+    The command's own styling (applied after, on a terminal) still colours its messages."""
+
+    def write(self, msg: str = "", style_func=None, ending=None) -> None:
+        super().write(visible(msg), style_func, ending)
+
+    def write_exact(self, text: str) -> None:
+        """Machine output (a patch) as it is to a file or a pipe; to a terminal, visibly."""
+        if self.isatty():
+            self.write(text, ending="")
+        else:
+            self._out.write(text)
+
+
+def _visible_output(stream: OutputWrapper) -> VisibleOutput:
+    if isinstance(stream, VisibleOutput):
+        return stream
+    out = VisibleOutput(stream._out, ending=stream.ending)
+    out.style_func = stream._style_func
+    return out
+
+
+class BaseCommand(DjangoBaseCommand):
+    """Every Shiftlog command's base: whatever it prints to stdout or stderr (an agent's text
+    among it) shows control characters visibly. Django sets `self.stdout`/`self.stderr` in
+    `__init__` and `execute`; these properties wrap each one it sets."""
+
+    @property
+    def stdout(self) -> VisibleOutput:
+        return self._visible_stdout
+
+    @stdout.setter
+    def stdout(self, stream: OutputWrapper) -> None:
+        self._visible_stdout = _visible_output(stream)
+
+    @property
+    def stderr(self) -> VisibleOutput:
+        return self._visible_stderr
+
+    @stderr.setter
+    def stderr(self, stream: OutputWrapper) -> None:
+        self._visible_stderr = _visible_output(stream)
 
 
 class RunCommand(BaseCommand):

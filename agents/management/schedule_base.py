@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.core.management.base import BaseCommand
-
 from agents import inputs, schedules
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 
 
 def when(at: datetime | None, tz: str = "UTC") -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from agents.sandbox import relay, view
+from agents.sandbox.diskwatch import DiskWatch
 from agents.sandbox.limits import (
     DEFAULT_LIMITS,
     CommandCgroup,
@@ -265,6 +266,16 @@ def describe_exceeded(exceeded: Sequence[str], limits: Limits) -> str:
             parts.append(f"killed: CPU time limit ({limits.cpu_seconds} s) reached")
         elif name == "file_size":
             parts.append(f"file size limit ({_size(limits.file_size or 0)}) reached")
+        elif name == "workspace":
+            parts.append(
+                f"killed: the workspace reached its cap of {_size(limits.workspace_bytes or 0)} "
+                "while the command ran (free space in it, or ask for a bigger cap)"
+            )
+        elif name == "disk_free":
+            parts.append(
+                f"killed: the disk's free space fell below the {_size(limits.min_free_bytes or 0)} "
+                "kept for the database"
+            )
     return "; ".join(parts)
 
 
@@ -418,6 +429,12 @@ def run_command(
                     os.close(fd)
                 user_fds = None
             exit_fd = _pidfd(proc.pid)
+            watch = DiskWatch(
+                workspace.path,
+                cap=limits.workspace_bytes,
+                floor=limits.min_free_bytes,
+                stop=functools.partial(_kill_group, proc.pid),
+            ).start()
             try:
                 while proc.poll() is None:
                     remaining = deadline - time.monotonic()
@@ -426,10 +443,13 @@ def run_command(
                         break
                     if _wait_for_exit(proc, exit_fd, min(poll_interval, remaining)):
                         break
+                    if watch.reason:
+                        break
                     if should_stop is not None and should_stop():
                         cancelled = True
                         break
             finally:
+                watch.close()
                 if exit_fd is not None:
                     os.close(exit_fd)
                 # Also on a normal exit (background children) and on any exception in
@@ -450,7 +470,9 @@ def run_command(
             os.close(fd)
 
     exit_code: int | None = None
-    if not (timed_out or cancelled):
+    if watch.reason:
+        exceeded.append(watch.reason)  # killed by the watch: no exit code of its own
+    elif not (timed_out or cancelled):
         # Report death by signal the way a shell would (128 + signal number).
         exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         if exit_code == 128 + signal.SIGXCPU:

@@ -44,6 +44,10 @@ class Limits:
     file_size: the largest file a command may write (RLIMIT_FSIZE).
     open_files: open file descriptors per process (RLIMIT_NOFILE).
     tmp_bytes: size of the private /tmp and HOME (bubblewrap only).
+    workspace_bytes: the most the workspace may hold while the command runs (watched:
+        agents/sandbox/diskwatch.py); the command is killed when it writes past it.
+    min_free_bytes: the free space the command must leave on the workspace's filesystem (for the
+        database and everything else there); the command is killed when it goes below.
     """
 
     memory_bytes: int | None = 2 * GiB
@@ -53,6 +57,8 @@ class Limits:
     file_size: int | None = 2 * GiB
     open_files: int | None = 1024
     tmp_bytes: int | None = 1 * GiB
+    workspace_bytes: int | None = None
+    min_free_bytes: int | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -261,6 +267,10 @@ def mechanisms(limits: Limits, support: CgroupSupport | None = None) -> dict[str
     for name in ("cpu_seconds", "file_size", "open_files"):
         if getattr(limits, name) is not None:
             out[name.removesuffix("_seconds")] = "rlimit"
+    if limits.workspace_bytes:
+        out["workspace"] = "watch"
+    if limits.min_free_bytes:
+        out["disk_free"] = "watch"
     out["kill"] = support.kill if support.hierarchies() else "process-group"
     return out
 

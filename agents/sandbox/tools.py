@@ -497,6 +497,8 @@ def _bash(
         status = f"[timed out after {timeout:g}s; process group killed]"
     elif result.cancelled:
         status = "[cancelled]"
+    elif result.exit_code is None:
+        status = "[stopped]"  # by a limit: the note says which
     else:
         status = f"[exit code {result.exit_code}]"
     if result.note:

@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
-
-from agents.management.base import id_arg
+from agents.management.base import BaseCommand, id_arg
 from agents.models import Approval, ApprovalStatus
 
 

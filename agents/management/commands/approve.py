@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
 from agents import approvals
-from agents.management.base import acting, fail, id_arg
+from agents.management.base import BaseCommand, acting, fail, id_arg
 
 
 class Command(BaseCommand):

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
 from agents.eventlog import describe
-from agents.management.base import fail, id_arg
+from agents.management.base import BaseCommand, fail, id_arg
 from agents.models import Event
 
 

@@ -2,10 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
-
 from agents.backup import BackupError, backup
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 
 
 class Command(BaseCommand):

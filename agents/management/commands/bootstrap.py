@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
 
+from agents.management.base import BaseCommand
 from agents.management.commands.login_link import login_link
 from agents.models import Run
 from agents.services import create_demo_run

@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
-
 from agents import compare
-from agents.management.base import fail, get_run, id_arg
+from agents.management.base import BaseCommand, fail, get_run, id_arg
 from agents.snapshots import display
 
 

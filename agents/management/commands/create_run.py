@@ -3,10 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
-
 from agents import inputs
-from agents.management.base import acting, fail
+from agents.management.base import BaseCommand, acting, fail
 from agents.providers.scripted import ScriptError, load_script
 from agents.runspec import RunSpec
 from agents.services import (
@@ -119,7 +117,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-processes", type=int, help="processes per command")
         parser.add_argument("--max-cpu-seconds", type=int, help="CPU seconds per process")
         parser.add_argument(
-            "--max-workspace-mb", type=int, help="workspace size, checked at every checkpoint"
+            "--max-workspace-mb",
+            type=int,
+            help="workspace size (MB): a command growing it past this is stopped, and a checkpoint over it pauses the run",
         )
         env = parser.add_mutually_exclusive_group()
         env.add_argument(

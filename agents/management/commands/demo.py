@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
 from agents.fleet_demo import create_fleet_demo_run
+from agents.management.base import BaseCommand
 from agents.services import create_demo_run
 
 

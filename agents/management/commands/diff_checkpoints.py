@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
-
 from agents import checkpoints
-from agents.management.base import get_run, id_arg, named_checkpoint
+from agents.management.base import BaseCommand, get_run, id_arg, named_checkpoint
 from agents.snapshots import display
 
 

@@ -7,10 +7,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
-
 from agents import export
-from agents.management.base import fail, get_run, id_arg, named_checkpoint
+from agents.management.base import BaseCommand, fail, get_run, id_arg, named_checkpoint
 
 
 class Command(BaseCommand):
@@ -54,6 +52,8 @@ class Command(BaseCommand):
                 raise fail(str(e)) from None
             name, binary = export.tar_name(cp) + ".tar.gz", True
         if not out or out == "-":
+            if binary and sys.stdout.isatty():
+                raise fail("a .tar.gz is not for a terminal: give --out FILE or pipe it")
             self._to_stdout(chunks, binary)
             return
         target = Path(out)
@@ -69,7 +69,7 @@ class Command(BaseCommand):
                     sys.stdout.buffer.write(chunk)
                 else:
                     # A patch is valid UTF-8 (names are quoted), so it goes as text.
-                    self.stdout.write(chunk.decode("utf-8"), ending="")
+                    self.stdout.write_exact(chunk.decode("utf-8"))
         except export.ExportError as e:
             raise fail(f"export broken off: {e}") from None
         if binary:

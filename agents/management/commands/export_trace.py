@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
 from agents import inputs, telemetry
-from agents.management.base import fail, get_run, id_arg
+from agents.management.base import BaseCommand, fail, get_run, id_arg
 
 
 class Command(BaseCommand):

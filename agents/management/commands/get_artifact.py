@@ -3,10 +3,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
-
 from agents import blobstore
-from agents.management.base import fail, id_arg
+from agents.management.base import BaseCommand, fail, id_arg
 from agents.models import Artifact
 
 
@@ -34,6 +32,9 @@ class Command(BaseCommand):
                 out = out / Path(artifact.name).name
             out.write_bytes(data)
             self.stdout.write(f"wrote {len(data)} bytes to {out}")
+        elif sys.stdout.isatty():
+            # An artifact is the agent's bytes: to a terminal they are shown, never obeyed.
+            self.stdout.write(data.decode("utf-8", "backslashreplace"), ending="")
         else:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()

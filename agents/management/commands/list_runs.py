@@ -3,10 +3,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from django.core.management.base import BaseCommand
-
 from agents import inputs, pages
-from agents.management.base import acting, fail
+from agents.management.base import BaseCommand, acting, fail
 from agents.models import Run, RunStatus
 from agents.money import usd
 

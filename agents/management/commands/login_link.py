@@ -3,12 +3,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
-from django.core.management.base import BaseCommand
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 
 
 def login_link(user, base_url: str | None = None) -> str:

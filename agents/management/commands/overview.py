@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
-
 from agents import overview
-from agents.management.base import acting
+from agents.management.base import BaseCommand, acting
 from agents.models import Approval, Run
 
 

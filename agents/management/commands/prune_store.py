@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
 from agents import blobstore
 from agents.checkpoints import protected_originals
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 from agents.models import Artifact, Checkpoint, Run
 from agents.snapshots import Snapshots
 

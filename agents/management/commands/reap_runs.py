@@ -1,7 +1,6 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
+from agents.management.base import BaseCommand
 from agents.reaper import reap
 
 

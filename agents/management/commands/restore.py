@@ -3,10 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
 
 from agents.backup import BackupError, restore
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 
 
 class Command(BaseCommand):

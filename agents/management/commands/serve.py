@@ -12,10 +12,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
 
 from agents import schedules
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 from agents.reaper import reap
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 from axes.utils import reset
-from django.core.management.base import BaseCommand
 
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 
 
 class Command(BaseCommand):

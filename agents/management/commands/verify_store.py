@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
 from agents import blobstore
 from agents.checkpoints import protected_originals
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 from agents.management.commands.prune_store import kept_trees
 from agents.models import Artifact
 from agents.snapshots import Snapshots

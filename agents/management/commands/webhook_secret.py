@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+
+from agents.management.base import BaseCommand
 
 
 class Command(BaseCommand):

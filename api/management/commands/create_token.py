@@ -7,10 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from agents.management.base import fail
+from agents.management.base import BaseCommand, fail
 from api.models import SCOPES, ApiToken
 
 

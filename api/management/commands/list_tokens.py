@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
+from agents.management.base import BaseCommand
 from api.models import ApiToken
 
 

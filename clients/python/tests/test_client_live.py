@@ -5,6 +5,8 @@ The project's tests/test_client_live.py starts a real `manage.py serve` and runs
 from __future__ import annotations
 
 import asyncio
+import http.client
+import http.server
 import io
 import os
 import tarfile
@@ -12,7 +14,9 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from shiftlog_client import (
     AsyncClient,
@@ -202,3 +206,140 @@ def test_the_async_client_drives_a_run_too(tmp_path):
     run, outcome, result, events = asyncio.run(main())
     assert outcome.ran and result.passed and run.succeeded
     assert events and events[-1].seq == len(events)
+
+
+# --- retries through a flaky gateway ------------------------------------------------------------
+class FlakyGateway:
+    """A real HTTP proxy in front of the server that answers each request as its script says:
+    "forward"; "drop" (closes the connection, nothing sent on); "forward-drop" (the server does
+    the work, then the answer is lost); "502", "503", "504". It keeps what it was sent."""
+
+    def __init__(self, script: list[str]) -> None:
+        self.script = list(script)
+        self.seen: list[tuple[str, str, str | None]] = []  # method, path, Idempotency-Key
+        target = urlsplit(URL)
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                gateway.seen.append((self.command, self.path, self.headers.get("Idempotency-Key")))
+                action = gateway.script.pop(0) if gateway.script else "forward"
+                if action == "drop":
+                    self.close_connection = True
+                    return
+                if action.isdigit():
+                    self.send_response(int(action))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                answer = upstream.getresponse()
+                data = answer.read()
+                upstream.close()
+                if action == "forward-drop":
+                    self.close_connection = True
+                    return
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FlakyGateway:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def fast(client):
+    client._sleep = lambda _s: None  # the backoff's waits are not what is tested here
+    return client
+
+
+def test_reads_are_retried_through_dropped_connections_and_gateway_errors(client):
+    with (
+        FlakyGateway(["503", "drop", "502", "forward"]) as gateway,
+        fast(Client(gateway.url, TOKEN)) as flaky,
+    ):
+        assert flaky.get_run(new_run(client).run_id).status
+    assert [s[0] for s in gateway.seen] == ["GET"] * 4
+
+
+def test_a_create_run_whose_answer_was_lost_is_retried_and_makes_one_run(client):
+    goal = f"made once ({uuid.uuid4().hex[:8]})"
+    with (
+        FlakyGateway(["forward-drop", "504", "forward"]) as gateway,
+        fast(Client(gateway.url, TOKEN)) as flaky,
+    ):
+        made = flaky.create_run(goal, provider="external", checks=CHECKS)
+    keys = {s[2] for s in gateway.seen}
+    assert len(gateway.seen) == 3 and len(keys) == 1 and None not in keys
+    assert [r.id for r in client.list_runs(q=goal).items] == [made.id]
+    # A second call is a new request: a new key, a second run.
+    again = client.create_run(goal, provider="external", checks=CHECKS)
+    assert again.id != made.id
+
+
+def test_a_retried_tool_call_is_asked_once(client):
+    run = new_run(client)
+    run.context()
+    with (
+        FlakyGateway(["forward-drop", "forward"]) as gateway,
+        fast(Client(gateway.url, TOKEN)) as flaky,
+    ):
+        decision = flaky.request_tool_call(run.run_id, "bash", {"command": "ls"})
+    listed = [e for e in client.iter_events(run.run_id) if e.kind == "tool.call"]
+    assert len(listed) == 1 and decision.id
+    assert len({s[2] for s in gateway.seen}) == 1
+
+
+def test_a_put_is_not_sent_again_after_its_answer_was_lost(client, tmp_path: Path):
+    # A PUT carries no key: once the request went out, a lost answer is an error, not a retry.
+    (tmp_path / "done.txt").write_text("yes\n")
+    run = new_run(client)
+    with (
+        FlakyGateway(["forward-drop", "forward"]) as gateway,
+        fast(Client(gateway.url, TOKEN)) as flaky,
+        pytest.raises(httpx.TransportError),
+    ):
+        flaky.upload_workspace(run.run_id, tmp_path)
+    assert len(gateway.seen) == 1 and gateway.seen[0][2] is None
+
+
+def test_the_async_client_retries_a_create_run_once_too():
+    goal = f"made once, async ({uuid.uuid4().hex[:8]})"
+
+    async def main():
+        async with AsyncClient(gateway.url, TOKEN) as flaky:
+
+            async def no_wait(_s):
+                return None
+
+            flaky._sleep = no_wait
+            return await flaky.create_run(goal, provider="external", checks=CHECKS)
+
+    with FlakyGateway(["drop", "forward-drop", "503", "forward"]) as gateway:
+        made = asyncio.run(main())
+    with Client(URL, TOKEN) as c:
+        assert [r.id for r in c.list_runs(q=goal).items] == [made.id]
+    assert len({s[2] for s in gateway.seen}) == 1

@@ -14,6 +14,7 @@ import httpx
 from . import _ops as ops
 from ._archive import build_archive
 from ._base import (
+    IDEMPOTENCY_HEADER,
     TRANSPORT_ERRORS,
     Settings,
     StreamDropped,
@@ -107,6 +108,8 @@ class AsyncClient:
 
     async def _send(self, call: ops.Call[T]) -> T:
         attempt = 0
+        headers = self._settings.call_headers(call.method, call.headers)
+        keyed = IDEMPOTENCY_HEADER in headers
         while True:
             content: Any = call.content
             opened: IO[bytes] | None = None
@@ -120,13 +123,20 @@ class AsyncClient:
                     params=call.params,
                     json=call.json,
                     content=content,
-                    headers=call.headers,
+                    headers=headers,
                     timeout=self._settings.timeout_for(call.read_timeout),
                 )
+            except httpx.TransportError as error:
+                delay = self._settings.error_retry_delay(error, attempt, call.method, keyed)
+                if delay is None:
+                    raise
+                attempt += 1
+                await self._sleep(delay)
+                continue
             finally:
                 if opened is not None:
                     opened.seek(0)
-            delay = self._settings.retry_delay(response, attempt)
+            delay = self._settings.retry_delay(response, attempt, call.method, keyed)
             if delay is not None:
                 attempt += 1
                 await self._sleep(delay)

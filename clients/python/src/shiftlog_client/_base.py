@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import uuid
 from typing import Any
 
 import httpx
@@ -17,6 +19,15 @@ __version__ = "0.1.0"
 
 # Reading a stream waits at least this long for a line: the server sends a comment every 15 s.
 STREAM_READ_TIMEOUT = 60.0
+
+# Retries: a 429 always (the server did nothing); a gateway's 502/503/504 or a connection that
+# dropped after the request went out only for reads and for writes sent with an Idempotency-Key
+# (the server answers a repeated key with the first answer: never a second run or call); a
+# connection that never opened, for any call.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+GATEWAY_ERRORS = frozenset({502, 503, 504})
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def normalise_base_url(base_url: str) -> str:
@@ -66,11 +77,44 @@ class Settings:
             "User-Agent": f"shiftlog-client/{__version__}",
         }
 
-    def retry_delay(self, response: httpx.Response, attempt: int) -> float | None:
-        """Seconds to wait before retrying a 429 (its Retry-After), or None to give up."""
-        if response.status_code != 429 or attempt >= self.max_retries:
+    def call_headers(self, method: str, headers: dict[str, str] | None) -> dict[str, str]:
+        """A call's headers: a POST gets an Idempotency-Key of its own, the same on each retry."""
+        out = dict(headers or {})
+        if method.upper() == "POST":
+            out.setdefault(IDEMPOTENCY_HEADER, uuid.uuid4().hex)
+        return out
+
+    def backoff(self, attempt: int) -> float:
+        """0.5 s, 1 s, 2 s, ... with up to half again of jitter, at most `max_retry_wait`."""
+        return min(self.max_retry_wait, 0.5 * 2.0**attempt * (1 + random.random() / 2))
+
+    def retry_delay(
+        self, response: httpx.Response, attempt: int, method: str = "GET", keyed: bool = False
+    ) -> float | None:
+        """Seconds to wait before sending the call again after this answer, or None to give up:
+        a 429 (its Retry-After); a 502/503/504 of a read or a keyed write; a 409 with Retry-After
+        of a keyed write (the first request with the key is still being answered)."""
+        if attempt >= self.max_retries:
             return None
-        return min(self.max_retry_wait, retry_after_seconds(response, default=2.0**attempt))
+        status = response.status_code
+        if status == 429:
+            return min(self.max_retry_wait, retry_after_seconds(response, default=2.0**attempt))
+        repeatable = method.upper() in READS or keyed
+        if (status in GATEWAY_ERRORS and repeatable) or (
+            status == 409 and keyed and "retry-after" in response.headers
+        ):
+            return min(self.max_retry_wait, retry_after_seconds(response, self.backoff(attempt)))
+        return None
+
+    def error_retry_delay(
+        self, error: httpx.TransportError, attempt: int, method: str, keyed: bool
+    ) -> float | None:
+        """Seconds to wait before sending the call again after a connection error, or None."""
+        if attempt >= self.max_retries:
+            return None
+        if isinstance(error, NOT_SENT) or method.upper() in READS or keyed:
+            return self.backoff(attempt)
+        return None
 
     def timeout_for(self, read_timeout: float | None) -> httpx.Timeout:
         if read_timeout is None:

@@ -15,6 +15,7 @@ import httpx
 from . import _ops as ops
 from ._archive import build_archive
 from ._base import (
+    IDEMPOTENCY_HEADER,
     TRANSPORT_ERRORS,
     Settings,
     StreamDropped,
@@ -50,8 +51,11 @@ Dest = str | os.PathLike[str] | IO[bytes]
 class Client:
     """Shiftlog's API, synchronously. `Client("http://127.0.0.1:8000", "shl_…")`.
 
-    A 429 is retried up to `max_retries` times, waiting what its `Retry-After` says (at most
-    `max_retry_wait` seconds); every other error answer raises a `ShiftlogError` subclass.
+    Retried up to `max_retries` times (waiting a Retry-After, else 0.5 s, 1 s, 2 s... with jitter,
+    at most `max_retry_wait` seconds): a 429; a connection that never opened; and for reads and
+    POSTs, a dropped connection and a 502/503/504. Every POST carries an `Idempotency-Key` of its
+    own, the same on its retries, so the server answers a repeat with the first answer (never a
+    second run or call). Every other error answer raises a `ShiftlogError` subclass.
     Use it as a context manager, or call `close()`.
     """
 
@@ -106,6 +110,8 @@ class Client:
 
     def _send(self, call: ops.Call[T]) -> T:
         attempt = 0
+        headers = self._settings.call_headers(call.method, call.headers)
+        keyed = IDEMPOTENCY_HEADER in headers
         while True:
             content = call.content
             opened: IO[bytes] | None = None
@@ -119,13 +125,20 @@ class Client:
                     params=call.params,
                     json=call.json,
                     content=content,
-                    headers=call.headers,
+                    headers=headers,
                     timeout=self._settings.timeout_for(call.read_timeout),
                 )
+            except httpx.TransportError as error:
+                delay = self._settings.error_retry_delay(error, attempt, call.method, keyed)
+                if delay is None:
+                    raise
+                attempt += 1
+                self._sleep(delay)
+                continue
             finally:
                 if opened is not None:
                     opened.seek(0)
-            delay = self._settings.retry_delay(response, attempt)
+            delay = self._settings.retry_delay(response, attempt, call.method, keyed)
             if delay is not None:
                 attempt += 1
                 self._sleep(delay)
