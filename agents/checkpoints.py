@@ -560,6 +560,7 @@ def fork(
         limits=source.limits,
         toolchain=source.toolchain,
         check_settings=source.check_settings,
+        suite_guard=source.suite_guard,
         webhook_urls=source.webhook_urls,
         approval_timeout_seconds=source.approval_timeout_seconds,
         judge_model=source.judge_model,

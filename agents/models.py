@@ -141,6 +141,9 @@ class Run(models.Model):
     # What changes how the checks run (conftest.py, test settings, .pth, shims), as it was at
     # creation: {path: {kind, hash, blob}}; see agents/check_settings.py.
     check_settings = models.JSONField(default=dict, blank=True)
+    # Test-suite checks run guarded and counted (agents/suite_guard.py). False for runs made
+    # before it, and for runs that opted out.
+    suite_guard = models.BooleanField(default=False)
     # What a file tool writing one gets: deny, or ask a person.
     protected_action = models.CharField(max_length=10, default="deny")
     # Named criteria, fixed at creation: [{"name", "check": command or null, "passing": bool}].

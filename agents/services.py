@@ -27,9 +27,11 @@ from agents import (
     lifecycle,
     policy,
     sandbox,
+    test_setup,
     verification,
     workspaces,
 )
+from agents import suite_guard as suite_guard_module
 from agents.jobs import enqueue
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
@@ -136,12 +138,16 @@ def create_run(
     parent: Run | None = None,
     workspace_tree: str | None = None,
     fleet_conflicts: str = "agent",
+    suite_guard: bool = True,
+    protect_tests: bool = True,
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
     `environment` names an interpreter or a virtualenv for the run's commands and checks, or
     `requirements` has one built (`toolchain`: folders as they are, for a fork). A fleet's child
-    has its `parent` and starts from `workspace_tree` (agents/fleet_spawn.py)."""
+    has its `parent` and starts from `workspace_tree` (agents/fleet_spawn.py). `suite_guard`:
+    test-suite checks run guarded and counted (agents/suite_guard.py); `protect_tests`: with
+    one, the workspace's tests are protected too."""
     goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
     checks = [
         inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
@@ -297,9 +303,12 @@ def create_run(
         elif workspace_tree is not None:
             workspaces.restore(run, workspace_tree)
         elif source is not None:
-            shutil.copytree(source, workspace, symlinks=True)
+            shutil.copytree(source, workspace, symlinks=True, ignore=test_setup.leave_out)
         else:
             workspace.mkdir(parents=True)
+        guarded = _suite_guard(run, suite_guard, checks, criteria)
+        if guarded is not None and protect_tests and protected is None:
+            protected_paths = [*(protected_paths or []), *suite_guard_module.test_paths(workspace)]
         if protected is not None:
             run.protected = protected  # a fork keeps its origin's fingerprints
         elif protected_paths:
@@ -315,7 +324,7 @@ def create_run(
             run.check_settings = check_settings  # a fork's are its origin's
         else:
             try:
-                run.check_settings = check_settings_module.fingerprint(workspace)
+                run.check_settings = check_settings_module.fingerprint(workspace, guarded)
             except check_settings_module.OutsidePointer as e:
                 raise RunError(str(e), "workspace_from") from None
         # Where workspaces are each host's cache, the workspace starts in the store: the worker
@@ -324,6 +333,7 @@ def create_run(
         Run.objects.filter(pk=run.pk).update(
             protected=run.protected,
             check_settings=run.check_settings,
+            suite_guard=run.suite_guard,
             workspace_tree=start.tree if start else "",
         )
         if start:
@@ -381,6 +391,18 @@ def _limits(given: dict[str, Any] | None) -> dict[str, int]:
         what = f"max-{name.replace('_', '-')}"
         out[name] = inputs.whole_number(value, what=what, minimum=low, maximum=high, field=name)
     return out
+
+
+def _suite_guard(
+    run: Run, wanted: bool, checks: list[str], criteria: list[dict[str, Any]]
+) -> frozenset[str] | None:
+    """When the run has a test-suite check and did not opt out: the names a workspace module
+    must not take (agents/suite_guard.py), and run.suite_guard set; else None."""
+    commands = [*checks, *(c["check"] for c in criteria if c.get("check"))]
+    if not wanted or not any(suite_guard_module.suite_kind(c) for c in commands):
+        return None
+    run.suite_guard = True
+    return suite_guard_module.guarded_names(list(run.toolchain) or None)
 
 
 def _toolchain(environment: str | Path | None, requirements: str | Path | None) -> list[str]:

@@ -118,7 +118,12 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
             s.append(s.event(EventKind.WORKSPACE_RESTORED, restored))
         budgets = Budgets(s)
         holder: dict[str, Finish] = {}
-        sessions = Sessions(s, budgets, ratchet=lambda: holder["finish"].ratchet())
+        sessions = Sessions(
+            s,
+            budgets,
+            ratchet=lambda: holder["finish"].ratchet(),
+            baseline=lambda: holder["finish"].baseline(),
+        )
         turns = Turns(s, sessions)
         finish = holder["finish"] = Finish(s, sessions, turns)
         if run.status in (RunStatus.QUEUED, RunStatus.VERIFYING):

@@ -88,7 +88,12 @@ class Driver:
         s = self.slice = Slice(self.run_obj, owner, deadline, started=started)
         self.budgets = Budgets(s)
         # The ratchet (Finish) runs at handoffs (Sessions), and finishing ends the session.
-        self.sessions = Sessions(s, self.budgets, ratchet=lambda: self.finish.ratchet())
+        self.sessions = Sessions(
+            s,
+            self.budgets,
+            ratchet=lambda: self.finish.ratchet(),
+            baseline=lambda: self.finish.baseline(),
+        )
         self.turns = Turns(s, self.sessions)
         self.finish = Finish(s, self.sessions, self.turns)
         self.gate = Gate(s)

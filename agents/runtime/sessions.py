@@ -47,9 +47,13 @@ class Sessions:
         s: Slice,
         budgets: Budgets,
         ratchet: Callable[[], Callable[[Checkpoint], None] | None],
+        baseline: Callable[[], dict] | None = None,
     ) -> None:
         self.s = s
         self.budgets = budgets
+        # What the test-suite checks count at the run's start (Finish.baseline): kept on the
+        # start checkpoint, the ratchet's floor (agents/suite_guard.py).
+        self.baseline = baseline
         # Runs the checks at a handoff (the ratchet's reading at that checkpoint), or returns
         # them to run beside the next session's start (Finish.ratchet).
         self.ratchet = ratchet
@@ -143,7 +147,11 @@ class Sessions:
         s.session = session
         if index == 1 and not Checkpoint.objects.filter(run_id=s.run_id).exists():
             kind = CheckpointKind.FORK if run.forked_from_id else CheckpointKind.RUN_START
-            s.checkpoint(kind, "the workspace the run started from")
+            floor = self.baseline() if self.baseline is not None else {}
+            start = s.checkpoint(kind, "the workspace the run started from")
+            if floor:
+                state = {**(start.state or {}), "suite_baseline": floor}
+                Checkpoint.objects.filter(pk=start.pk).update(state=state)
         return session
 
     def _notes_since(self, previous: Session | None) -> list[str]:

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [("agents", "0021_webhook_deliveries")]
+
+    operations = [
+        migrations.AddField(
+            model_name="run",
+            name="suite_guard",
+            field=models.BooleanField(default=False),
+        ),
+    ]
