@@ -45,7 +45,14 @@ def run_checks(
                 isolation=isolation,
                 limits=limits,
                 toolchain=toolchain,
-                extra_env=suite_guard.check_env(kind, report_dir, toolchain) if kind else None,
+                extra_env=suite_guard.check_env(
+                    kind,
+                    report_dir,
+                    toolchain,
+                    safe_path=not suite_guard.flat_layout(workspace.path),
+                )
+                if kind
+                else None,
                 writable=[report_dir] if report_dir else (),
             )
             result = {

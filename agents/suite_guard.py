@@ -159,10 +159,31 @@ def guarded_names(toolchain: Sequence[str] | None) -> frozenset[str]:
     return frozenset(names)
 
 
-def check_env(kind: str, report_dir: str, toolchain: Sequence[str] | None) -> dict[str, str]:
-    """The environment variables a suite check runs with (on top of the sandbox's)."""
+ROOT_FILES = frozenset({"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py"})
+
+
+def flat_layout(workspace: Path) -> bool:
+    """Whether the project's own modules sit at the workspace's root (imported from there, so
+    the root must stay on the path; the scan of agents/check_settings.py guards it)."""
+    try:
+        entries = list(Path(workspace).iterdir())
+    except OSError:
+        return False
+    return any(
+        (e.suffix == ".py" and e.name not in ROOT_FILES and not e.name.startswith("test"))
+        or (e.is_dir() and (e / "__init__.py").is_file() and e.name not in TEST_FOLDERS)
+        for e in entries
+    )
+
+
+def check_env(
+    kind: str, report_dir: str, toolchain: Sequence[str] | None, *, safe_path: bool = True
+) -> dict[str, str]:
+    """The environment variables a suite check runs with (on top of the sandbox's).
+    `safe_path`: the workspace is not put first on sys.path by `python -m` (not for a flat
+    layout, whose modules are imported from the root)."""
     env = {
-        "PYTHONSAFEPATH": "1",
+        **({"PYTHONSAFEPATH": "1"} if safe_path else {}),
         "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPYCACHEPREFIX": os.path.join(report_dir, "pycache"),
