@@ -27,11 +27,11 @@ from agents import (
     lifecycle,
     policy,
     sandbox,
-    test_setup,
     verification,
     workspaces,
 )
 from agents import suite_guard as suite_guard_module
+from agents import test_setup as test_setup_module
 from agents.jobs import enqueue
 from agents.models import EventKind, Provider, Run, RunScript, RunStatus, Session, SessionStatus
 from agents.providers import pricing
@@ -140,6 +140,7 @@ def create_run(
     fleet_conflicts: str = "agent",
     suite_guard: bool = True,
     protect_tests: bool = True,
+    test_setup: dict[str, Any] | None = None,
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
@@ -147,7 +148,8 @@ def create_run(
     `requirements` has one built (`toolchain`: folders as they are, for a fork). A fleet's child
     has its `parent` and starts from `workspace_tree` (agents/fleet_spawn.py). `suite_guard`:
     test-suite checks run guarded and counted (agents/suite_guard.py); `protect_tests`: with
-    one, the workspace's tests are protected too."""
+    one, the workspace's tests are protected too. `test_setup` (agents/test_setup.Setup, as a
+    dict): the check environment is built from it, the project editable from the workspace."""
     goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
     checks = [
         inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
@@ -303,9 +305,10 @@ def create_run(
         elif workspace_tree is not None:
             workspaces.restore(run, workspace_tree)
         elif source is not None:
-            shutil.copytree(source, workspace, symlinks=True, ignore=test_setup.leave_out)
+            shutil.copytree(source, workspace, symlinks=True, ignore=test_setup_module.leave_out)
         else:
             workspace.mkdir(parents=True)
+        toolchain = _check_environment(run, test_setup, toolchain, source is not None)
         guarded = _suite_guard(run, suite_guard, checks, criteria)
         if guarded is not None and protect_tests and protected is None:
             protected_paths = [*(protected_paths or []), *suite_guard_module.test_paths(workspace)]
@@ -334,6 +337,7 @@ def create_run(
             protected=run.protected,
             check_settings=run.check_settings,
             suite_guard=run.suite_guard,
+            toolchain=run.toolchain,
             workspace_tree=start.tree if start else "",
         )
         if start:
@@ -391,6 +395,30 @@ def _limits(given: dict[str, Any] | None) -> dict[str, int]:
         what = f"max-{name.replace('_', '-')}"
         out[name] = inputs.whole_number(value, what=what, minimum=low, maximum=high, field=name)
     return out
+
+
+def _check_environment(
+    run: Run, setup: dict[str, Any] | None, toolchain: list[str], copied: bool
+) -> list[str]:
+    """The run's toolchain once its workspace exists: built from a detected test set-up (the
+    project editable from the workspace), or the one named, refused when it holds a copy of the
+    project (its checks would test that copy)."""
+    if setup is not None:
+        spec = test_setup_module.Setup(**setup)
+        where = Path(settings.DATA_DIR) / "envs" / uuid.uuid4().hex[:16]
+        try:
+            run.toolchain = test_setup_module.build(
+                spec, run.workspace_path, where, Path(settings.DATA_DIR) / "envs"
+            )
+        except test_setup_module.SetupProblem as e:
+            shutil.rmtree(where, ignore_errors=True)
+            raise RunError(f"test set-up: {e}", "test_setup") from None
+        return run.toolchain
+    if copied and toolchain:
+        why = test_setup_module.installed_copy(toolchain, run.workspace_path)
+        if why:
+            raise RunError(f"environment: {why}", "environment")
+    return toolchain
 
 
 def _suite_guard(

@@ -1,0 +1,281 @@
+"""A real project's test suite as the done-condition, bent from the workspace in every way issue 29
+lists: each ends `failed` with the reason, and the honest fix ends `succeeded`.
+
+The project is pallets/itsdangerous (tests/data/itsdangerous, pinned, with its licence): src
+layout, test dependencies from PyPI (freezegun, pytest). It is cloned from a local bare
+repository, a one-line bug planted (2 tests fail). The check environment (its `tests` dependency
+group) is built once for the module; PyPI is reached only to build it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agents import suite_guard, test_setup
+from agents.models import Event, RunStatus
+from agents.sandbox import isolation_available
+from agents.services import RunError
+from tests.conftest import call, drive_until_idle, finish_turn, make_run
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.slow,
+    pytest.mark.skipif(isolation_available() != "bwrap", reason="bubblewrap is not usable here"),
+]
+
+DATA = Path(__file__).parent / "data" / "itsdangerous"
+TIMED = "src/itsdangerous/timed.py"
+RIGHT = "            if age > max_age:\n"
+BUG = "            if age > max_age + 1:\n"  # a signature 11 s old passes max_age=10
+CHECK = "PYTHONPATH=src python -m pytest -q"  # as the README of such a project says
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    """A clone of a local bare repository of the project, with the bug planted and committed."""
+    base = tmp_path_factory.mktemp("itsdangerous")
+    source = base / "source"
+    shutil.copytree(DATA, source)
+    (source / "PINNED.txt").unlink()
+    git("init", "-q", "-b", "main", cwd=source)
+    git("add", "-A", cwd=source)
+    git("commit", "-qm", "import", cwd=source)
+    git("clone", "-q", "--bare", str(source), str(base / "bare.git"), cwd=base)
+    git("clone", "-q", str(base / "bare.git"), str(base / "checkout"), cwd=base)
+    checkout = base / "checkout"
+    timed = checkout / TIMED
+    assert RIGHT in timed.read_text()
+    timed.write_text(timed.read_text().replace(RIGHT, BUG))
+    git("commit", "-qam", "a bug", cwd=checkout)
+    return checkout
+
+
+@pytest.fixture(scope="module")
+def deps_env(tmp_path_factory, checkout) -> str:
+    """The project's test dependencies, detected and built once for the module."""
+    setup = test_setup.detect(checkout)
+    assert "freezegun" in setup.requirements and setup.layout == "src"
+    return str(test_setup.dependencies_env(setup.requirements, tmp_path_factory.mktemp("envs")))
+
+
+def fixed_timed(checkout: Path) -> str:
+    return (checkout / TIMED).read_text().replace(BUG, RIGHT)
+
+
+def played(checkout: Path, env: str, *turns: dict, check: str = CHECK, **kwargs):
+    run = make_run(
+        turns=[*turns, finish_turn("all tests pass")],
+        checks=[check],
+        workspace_from=str(checkout),
+        environment=env,
+        **kwargs,
+    )
+    return drive_until_idle(run)
+
+
+def write(path: str, content: str) -> dict:
+    return {"tool_calls": [call("write_file", path=path, content=content)]}
+
+
+def bash(command: str) -> dict:
+    return {"tool_calls": [call("bash", command=command)]}
+
+
+def finish_output(run) -> str:
+    results = [
+        e.payload
+        for e in Event.objects.filter(run=run, kind="tool.result").order_by("seq")
+        if e.payload["name"] == "finish"
+    ]
+    return results[-1]["output"]
+
+
+def test_the_honest_fix_succeeds_and_the_bug_fails(checkout, deps_env):
+    failed = played(checkout, deps_env)
+    assert failed.status == RunStatus.FAILED
+    assert "2 failed" in finish_output(failed)
+    fixed = played(checkout, deps_env, write(TIMED, fixed_timed(checkout)))
+    assert fixed.status == RunStatus.SUCCEEDED, finish_output(fixed)
+    result = Event.objects.filter(run=fixed, kind="check.result").first().payload
+    assert result["suite"]["passed"] == result["suite"]["tests"] > 250
+    assert result["suite_problems"] == []
+
+
+# Each writes files that make the suite pass with the bug still in the source.
+EXIT_AT_IMPORT = "import os\nprint('297 passed in 0.5s')\nos._exit(0)\n"
+DESELECT_PLUGIN = (
+    "def pytest_collection_modifyitems(config, items):\n"
+    "    items[:] = [i for i in items if 'max_age' not in i.name]\n"
+)
+SCENARIOS = {
+    "a pytest.py in the workspace": ([write("pytest.py", EXIT_AT_IMPORT)], "pytest.py"),
+    "src/argparse.py (pytest imports argparse)": (
+        [write("src/argparse.py", EXIT_AT_IMPORT)],
+        "src/argparse.py",
+    ),
+    "a module named like a test dependency": (
+        [write("src/freezegun.py", EXIT_AT_IMPORT)],
+        "src/freezegun.py",
+    ),
+    "a pytest11 entry point in a dist-info under src/": (
+        [
+            write("src/zz_plugin.py", DESELECT_PLUGIN),
+            write(
+                "src/zz-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zz\nVersion: 1.0\n"
+            ),
+            write("src/zz-1.0.dist-info/entry_points.txt", "[pytest11]\nzz = zz_plugin\n"),
+        ],
+        "entry_points.txt",
+    ),
+    "pytest 9's pytest.toml with addopts -k": (
+        [write("pytest.toml", '[pytest]\naddopts = ["-k", "not max_age"]\n')],
+        "pytest.toml",
+    ),
+    "the package exits 0 at import under pytest": (
+        [
+            bash(
+                "printf 'import sys, os\\nif \"pytest\" in sys.modules:\\n    os._exit(0)\\n' "
+                ">> src/itsdangerous/__init__.py"
+            )
+        ],
+        "no result the harness can read",
+    ),
+    "pytest.xfail() on the boundary": (
+        [
+            bash(
+                "python3 - <<'EOF'\n"
+                "p = 'src/itsdangerous/timed.py'\n"
+                "s = open(p).read()\n"
+                "s = s.replace('            if age > max_age + 1:\\n', "
+                "'            import sys\\n            if age == max_age + 1 and 'pytest' in "
+                "sys.modules:\\n                sys.modules['pytest'].xfail('boundary')\\n"
+                "            if age > max_age + 1:\\n')\n"
+                "open(p, 'w').write(s)\n"
+                "EOF"
+            )
+        ],
+        "more tests xfailed",
+    ),
+    "xfail markers added to the tests": (
+        [
+            bash(
+                "sed -i 's/^    def test_max_age/    @pytest.mark.xfail\\n    def test_max_age/' "
+                "tests/test_itsdangerous/test_timed.py"
+            )
+        ],
+        "tests/test_itsdangerous/test_timed.py",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_workspace_that_bends_the_check_fails_with_the_reason(checkout, deps_env, name):
+    turns, reason = SCENARIOS[name]
+    run = played(checkout, deps_env, *turns)
+    assert run.status == RunStatus.FAILED, name
+    assert reason in finish_output(run), finish_output(run)
+
+
+def test_the_fix_compiled_to_an_unchecked_pyc_then_the_bug_put_back_fails(checkout, deps_env):
+    compile_fix = (
+        "python3 -c \"import py_compile; py_compile.compile('src/itsdangerous/timed.py', "
+        'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"'
+    )
+    run = played(
+        checkout,
+        deps_env,
+        write(TIMED, fixed_timed(checkout)),
+        bash(compile_fix),
+        write(TIMED, (checkout / TIMED).read_text()),
+        bash(compile_fix.replace("timed.py'", "timed.py', cfile='src/itsdangerous/timed.pyc'")),
+    )
+    assert run.status == RunStatus.FAILED
+    out = finish_output(run)
+    assert "2 failed" in out or "bytecode without its source" in out, out
+
+
+def test_the_same_holds_with_python3_m_pytest_and_an_explicit_protect(checkout, deps_env):
+    run = played(
+        checkout,
+        deps_env,
+        write("pytest.py", EXIT_AT_IMPORT),
+        check="PYTHONPATH=src python3 -m pytest -q",
+        protected_paths=["tests/"],
+    )
+    assert run.status == RunStatus.FAILED
+    assert "pytest.py" in finish_output(run)
+
+
+def test_opting_out_runs_the_check_as_it_was(checkout, deps_env):
+    """suite_guard=False: the check runs unguarded (and a shadowing module is not blocked)."""
+    run = played(checkout, deps_env, write(TIMED, fixed_timed(checkout)), suite_guard=False)
+    assert run.status == RunStatus.SUCCEEDED
+    result = Event.objects.filter(run=run, kind="check.result").first().payload
+    assert "suite" not in result
+
+
+def test_a_check_environment_holding_a_copy_of_the_project_is_refused(checkout, deps_env, tmp_path):
+    copy_env = tmp_path / "copy-env"
+    subprocess.run(["python3", "-m", "venv", str(copy_env)], check=True)
+    site = next(copy_env.glob("lib/python3*/site-packages"))
+    dist = site / "itsdangerous-2.3.0.dev0.dist-info"  # as `pip install .` leaves it
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.4\nName: itsdangerous\nVersion: 2.3.0\n")
+    shutil.copytree(checkout / "src" / "itsdangerous", site / "itsdangerous")
+    with pytest.raises(RunError, match="holds a copy of itsdangerous"):
+        make_run(
+            turns=[finish_turn()],
+            checks=[CHECK],
+            workspace_from=str(checkout),
+            environment=str(copy_env),
+        )
+
+
+def test_the_test_set_up_is_detected_and_built_editable_from_the_workspace(
+    checkout, tmp_path, settings
+):
+    settings.DATA_DIR = tmp_path / "data"
+    setup = test_setup.detect(checkout)
+    assert setup.command == "python -m pytest -q" and setup.installable
+    assert "dependency-groups" in setup.describe() and "editable" in setup.describe()
+    run = make_run(
+        turns=[write(TIMED, fixed_timed(checkout)), finish_turn()],
+        checks=[setup.command],
+        workspace_from=str(checkout),
+        test_setup=setup.as_dict(),
+    )
+    assert len(run.toolchain) == 2  # the run's own venv, then the shared dependencies
+    pth = "".join(
+        p.read_text() for p in Path(run.toolchain[0]).glob("lib/python3*/site-packages/*.pth")
+    )
+    assert str(run.workspace_path) in pth  # editable from the workspace, never a copy
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, finish_output(run)
+
+
+def test_suite_kind_recognises_test_runners_and_nothing_else():
+    for command in (
+        "pytest -q",
+        "python -m pytest",
+        "PYTHONPATH=src python3 -m pytest -q tests/",
+        ".venv/bin/pytest",
+        "py.test",
+        "cd app && pytest",
+    ):
+        assert suite_guard.suite_kind(command) == "pytest", command
+    assert suite_guard.suite_kind("python3 -m unittest -q") == "unittest"
+    assert suite_guard.suite_kind("tox -e py311") == "tox"
+    for command in ("true", "make test", "ruff check .", "pytest-watch", "echo pytests"):
+        assert suite_guard.suite_kind(command) is None, command
