@@ -307,7 +307,8 @@ def installed_copy(toolchain: list[str], workspace: Path) -> str:
     wanted = re.sub(r"[-_.]+", "_", name).lower()
     for site in suite_guard.site_dirs(toolchain):
         for dist in site.glob("*.dist-info"):
-            dist_name = re.sub(r"[-_.]+", "_", dist.name.rsplit("-", 1)[0]).lower()
+            stem = dist.name.removesuffix(".dist-info").rsplit("-", 1)[0]
+            dist_name = re.sub(r"[-_.]+", "_", stem).lower()
             if dist_name != wanted:
                 continue
             direct = dist / "direct_url.json"

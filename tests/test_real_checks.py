@@ -3,7 +3,7 @@ lists: each ends `failed` with the reason, and the honest fix ends `succeeded`.
 
 The project is pallets/itsdangerous (tests/data/itsdangerous, pinned, with its licence): src
 layout, test dependencies from PyPI (freezegun, pytest). It is cloned from a local bare
-repository, a one-line bug planted (2 tests fail). The check environment (its `tests` dependency
+repository, a one-line bug planted (5 tests fail). The check environment (its `tests` dependency
 group) is built once for the module; PyPI is reached only to build it."""
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def played(checkout: Path, env: str, *turns: dict, check: str = CHECK, **kwargs)
         checks=[check],
         workspace_from=str(checkout),
         environment=env,
+        tool_policy=[{"tool": "bash", "action": "allow"}],
         **kwargs,
     )
     return drive_until_idle(run)
@@ -105,7 +106,8 @@ def finish_output(run) -> str:
 def test_the_honest_fix_succeeds_and_the_bug_fails(checkout, deps_env):
     failed = played(checkout, deps_env)
     assert failed.status == RunStatus.FAILED
-    assert "2 failed" in finish_output(failed)
+    result = Event.objects.filter(run=failed, kind="check.result").first().payload
+    assert result["suite"]["failed"] == 5 and "5 failed" in finish_output(failed)
     fixed = played(checkout, deps_env, write(TIMED, fixed_timed(checkout)))
     assert fixed.status == RunStatus.SUCCEEDED, finish_output(fixed)
     result = Event.objects.filter(run=fixed, kind="check.result").first().payload
@@ -153,19 +155,7 @@ SCENARIOS = {
         "no result the harness can read",
     ),
     "pytest.xfail() on the boundary": (
-        [
-            bash(
-                "python3 - <<'EOF'\n"
-                "p = 'src/itsdangerous/timed.py'\n"
-                "s = open(p).read()\n"
-                "s = s.replace('            if age > max_age + 1:\\n', "
-                "'            import sys\\n            if age == max_age + 1 and 'pytest' in "
-                "sys.modules:\\n                sys.modules['pytest'].xfail('boundary')\\n"
-                "            if age > max_age + 1:\\n')\n"
-                "open(p, 'w').write(s)\n"
-                "EOF"
-            )
-        ],
+        [write(TIMED, "xfail on the boundary")],  # see XFAIL_ON_THE_BOUNDARY
         "more tests xfailed",
     ),
     "xfail markers added to the tests": (
@@ -180,9 +170,25 @@ SCENARIOS = {
 }
 
 
+def xfail_on_the_boundary(checkout: Path) -> str:
+    """The bug kept, and the tests that would catch it turned into xfails while pytest runs."""
+    return (
+        (checkout / TIMED)
+        .read_text()
+        .replace(
+            BUG,
+            "            import sys\n"
+            "            if age == max_age + 1 and 'pytest' in sys.modules:\n"
+            "                sys.modules['pytest'].xfail('boundary')\n" + BUG,
+        )
+    )
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_a_workspace_that_bends_the_check_fails_with_the_reason(checkout, deps_env, name):
     turns, reason = SCENARIOS[name]
+    if name == "pytest.xfail() on the boundary":  # the source depends on the checkout
+        turns = [write(TIMED, xfail_on_the_boundary(checkout))]
     run = played(checkout, deps_env, *turns)
     assert run.status == RunStatus.FAILED, name
     assert reason in finish_output(run), finish_output(run)
@@ -203,7 +209,7 @@ def test_the_fix_compiled_to_an_unchecked_pyc_then_the_bug_put_back_fails(checko
     )
     assert run.status == RunStatus.FAILED
     out = finish_output(run)
-    assert "2 failed" in out or "bytecode without its source" in out, out
+    assert "5 failed" in out and "bytecode without its source" in out, out
 
 
 def test_the_same_holds_with_python3_m_pytest_and_an_explicit_protect(checkout, deps_env):
@@ -249,7 +255,7 @@ def test_the_test_set_up_is_detected_and_built_editable_from_the_workspace(
     settings.DATA_DIR = tmp_path / "data"
     setup = test_setup.detect(checkout)
     assert setup.command == "python -m pytest -q" and setup.installable
-    assert "dependency-groups" in setup.describe() and "editable" in setup.describe()
+    assert "dependency group 'tests'" in setup.describe() and "editable" in setup.describe()
     run = make_run(
         turns=[write(TIMED, fixed_timed(checkout)), finish_turn()],
         checks=[setup.command],
