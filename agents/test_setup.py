@@ -83,6 +83,15 @@ def leave_out(folder: str, names: list[str]) -> set[str]:
     return {n for n in names if os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
 
 
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "noxfile.py")
+
+
+def is_python_project(folder: str | Path) -> bool:
+    """Whether `folder` has a Python project's set-up to detect."""
+    root = Path(folder)
+    return any((root / f).is_file() for f in (*PROJECT_FILES, *REQUIREMENT_FILES))
+
+
 def _load_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())

@@ -8,17 +8,20 @@ group) is built once for the module; PyPI is reached only to build it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from agents import suite_guard, test_setup
-from agents.models import Event, RunStatus
+from agents.models import Event, Run, RunStatus
 from agents.sandbox import isolation_available
 from agents.services import RunError
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.conftest import call, drive_until_idle, finish_turn, make_run, script
 
 pytestmark = [
     pytest.mark.django_db,
@@ -63,11 +66,17 @@ def checkout(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def deps_env(tmp_path_factory, checkout) -> str:
+def data_dir(tmp_path_factory) -> Path:
+    """A data folder for the module: the shared test-dependency environments live in its envs/."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def deps_env(data_dir, checkout) -> str:
     """The project's test dependencies, detected and built once for the module."""
     setup = test_setup.detect(checkout)
     assert "freezegun" in setup.requirements and setup.layout == "src"
-    return str(test_setup.dependencies_env(setup.requirements, tmp_path_factory.mktemp("envs")))
+    return str(test_setup.dependencies_env(setup.requirements, data_dir / "envs"))
 
 
 def fixed_timed(checkout: Path) -> str:
@@ -249,24 +258,42 @@ def test_a_check_environment_holding_a_copy_of_the_project_is_refused(checkout, 
         )
 
 
-def test_the_test_set_up_is_detected_and_built_editable_from_the_workspace(
-    checkout, tmp_path, settings
+def test_create_run_detects_the_set_up_and_builds_it_editable_from_the_workspace(
+    checkout, deps_env, data_dir, tmp_path, settings
 ):
-    settings.DATA_DIR = tmp_path / "data"
-    setup = test_setup.detect(checkout)
-    assert setup.command == "python -m pytest -q" and setup.installable
-    assert "dependency group 'tests'" in setup.describe() and "editable" in setup.describe()
-    run = make_run(
-        turns=[write(TIMED, fixed_timed(checkout)), finish_turn()],
-        checks=[setup.command],
-        workspace_from=str(checkout),
-        test_setup=setup.as_dict(),
+    """No hand-written check or requirements file: `create_run --workspace-from` reads the
+    project's tox/dependency-group set-up, says what it chose, and the checks test the
+    workspace (the fix is seen). A .venv in the checkout is left out, not a refusal."""
+    settings.DATA_DIR = data_dir  # the shared dependencies were built there (deps_env)
+    source = tmp_path / "checkout"
+    shutil.copytree(checkout, source, symlinks=True)
+    (source / ".venv").mkdir()
+    (source / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    script_file = tmp_path / "script.json"
+    script_file.write_text(json.dumps(script(write(TIMED, fixed_timed(checkout)), finish_turn())))
+    out, err = StringIO(), StringIO()
+    call_command(
+        "create_run",
+        "--goal",
+        "fix the max_age check",
+        "--workspace-from",
+        str(source),
+        "--script",
+        str(script_file),
+        "--json",
+        stdout=out,
+        stderr=err,
     )
-    assert len(run.toolchain) == 2  # the run's own venv, then the shared dependencies
+    assert "dependency group 'tests'" in err.getvalue() and "editable" in err.getvalue()
+    run = Run.objects.get(pk=json.loads(out.getvalue())["id"])
+    assert run.checks == ["python -m pytest -q"] and run.suite_guard
+    assert not (run.workspace_path / ".venv").exists()
+    assert len(run.toolchain) == 2 and run.toolchain[1] == deps_env  # shared, built once
     pth = "".join(
         p.read_text() for p in Path(run.toolchain[0]).glob("lib/python3*/site-packages/*.pth")
     )
     assert str(run.workspace_path) in pth  # editable from the workspace, never a copy
+    assert "tests/" in run.protected  # the tests are protected by default
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, finish_output(run)
 

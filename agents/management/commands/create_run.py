@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from agents import inputs
+from agents import inputs, suite_guard, test_setup
 from agents.management.base import acting, fail
 from agents.providers.scripted import ScriptError, load_script
 from agents.services import (
@@ -29,7 +29,18 @@ class Command(BaseCommand):
             dest="checks",
             default=[],
             metavar="CMD",
-            help="a done-condition: a shell command that exits 0 when the goal is met (repeatable)",
+            help="a done-condition: a shell command that exits 0 when the goal is met (repeatable); "
+            "with --workspace-from and none given, the project's test suite as its CI runs it",
+        )
+        parser.add_argument(
+            "--no-suite-guard",
+            action="store_true",
+            help="run test-suite checks unguarded and uncounted (see docs/security.md)",
+        )
+        parser.add_argument(
+            "--no-protect-tests",
+            action="store_true",
+            help="with a test-suite check, do not protect the workspace's tests by default",
         )
         parser.add_argument(
             "--provider",
@@ -152,6 +163,21 @@ class Command(BaseCommand):
                 rules = inputs.load_json(text, what="--policy")
             except inputs.InputError as e:
                 raise fail(str(e)) from None
+        setup = None
+        if (
+            o["workspace_from"]
+            and test_setup.is_python_project(o["workspace_from"])
+            and (not o["checks"] or any(suite_guard.suite_kind(c) for c in o["checks"]))
+        ):
+            try:
+                setup = test_setup.detect(o["workspace_from"])
+            except test_setup.SetupProblem as e:
+                raise fail(f"--workspace-from: {e}") from None
+            if not o["checks"]:
+                o["checks"] = [setup.command]
+            if o["env"] or o["env_requirements"]:
+                setup = None  # the environment named is used as it is
+            self.stderr.write(setup.describe() if setup else f"check: {o['checks'][0]}")
         if not o["checks"]:
             raise fail(
                 "give at least one --check CMD: the harness runs it to decide when the run is done"
@@ -192,6 +218,9 @@ class Command(BaseCommand):
                 heartbeat_seconds=o["heartbeat_seconds"],
                 project=o["project"],
                 fleet_conflicts=o["fleet_conflicts"],
+                suite_guard=not o["no_suite_guard"],
+                protect_tests=not o["no_protect_tests"],
+                **({"test_setup": setup.as_dict()} if setup is not None else {}),
                 created_by=user,
             )
         except RunError as e:
