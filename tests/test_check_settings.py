@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import check_settings, services
+from agents import check_settings
 from agents.models import Artifact, Event, RunStatus
 from agents.sandbox import isolation_available
 from tests.conftest import call, drive_until_idle, finish_turn, make_run
@@ -97,6 +97,7 @@ def test_a_conftest_at_the_root_that_deselects_the_failing_test_is_taken_out(pro
         ("pytest.ini", "[pytest]\naddopts = -k 'not adds'\n"),
         ("setup.cfg", "[tool:pytest]\naddopts = -k 'not adds'\n"),
         ("tox.ini", "[pytest]\naddopts = -k 'not adds'\n"),
+        ("pytest.toml", '[pytest]\naddopts = ["-k", "not adds"]\n'),  # pytest 9's own
         (
             "pyproject.toml",
             '[project]\nname = "calc"\nversion = "0"\n\n[tool.pytest.ini_options]\n'

@@ -312,3 +312,59 @@ def test_suite_kind_recognises_test_runners_and_nothing_else():
     assert suite_guard.suite_kind("tox -e py311") == "tox"
     for command in ("true", "make test", "ruff check .", "pytest-watch", "echo pytests"):
         assert suite_guard.suite_kind(command) is None, command
+
+
+JUNIT = (
+    '<testsuites><testsuite errors="0" failures="1" skipped="2" tests="5">'
+    '<testcase name="a"/><testcase name="b"/><testcase name="c"><failure/></testcase>'
+    '<testcase name="d"><skipped type="pytest.xfail"/></testcase>'
+    '<testcase name="e"><skipped type="pytest.skip"/></testcase></testsuite></testsuites>'
+)
+
+
+def test_the_runners_result_is_read_and_ratcheted(tmp_path):
+    (tmp_path / suite_guard.REPORT).write_text(JUNIT)
+    out = "== 1 failed, 1 passed, 1 skipped, 3 deselected, 1 xfailed, 1 xpassed in 0.1s =="
+    now = suite_guard.read_result("pytest", str(tmp_path), out)
+    assert now == {
+        "tests": 5, "passed": 1, "failed": 1, "errors": 0, "skipped": 1, "xfailed": 1,
+        "xpassed": 1, "deselected": 3, "source": "junit report",
+    }  # fmt: skip
+    base = {**now, "failed": 2, "deselected": 0, "xpassed": 0, "tests": 6}
+    reasons = suite_guard.compare(now, base)
+    assert any("fewer tests ran" in r for r in reasons)
+    assert any("more tests deselected" in r for r in reasons)
+    assert any("more tests xpassed" in r for r in reasons)
+    # A summary line printed by the code under test is no report: pytest wrote none.
+    assert suite_guard.read_result("pytest", str(tmp_path / "none"), out) is None
+    assert "no result the harness can read" in suite_guard.compare(None, base)[0]
+    ok = "Ran 4 tests in 0.001s\n\nOK (skipped=1, expected failures=1)\n"
+    counts = suite_guard.read_result("unittest", None, ok)
+    assert counts["tests"] == 4 and counts["skipped"] == 1 and counts["xfailed"] == 1
+    assert suite_guard.read_result("unittest", None, "exit 0, nothing printed") is None
+
+
+def test_the_scan_finds_what_would_run_in_place_of_source_only_with_a_suite_check(tmp_path):
+    from agents import check_settings
+
+    for rel in (
+        "argparse.py",  # stdlib name, top-level
+        "src/freezegun/__init__.py",  # an installed test dependency's name, as a package
+        "src/pkg/__init__.py",
+        "src/pkg/types.py",  # inside a package: pkg.types, shadows nothing
+        "src/pkg/mod.pyc",
+        "src/pkg/fast.cpython-311-x86_64-linux-gnu.so",
+        "src/zz-1.0.dist-info/entry_points.txt",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    guarded = frozenset({"argparse", "types", "freezegun"})
+    kinds = {rel: p["kind"] for rel, p in check_settings.scan(tmp_path, guarded).items()}
+    assert kinds == {
+        "argparse.py": "a module named like one the checks import",
+        "src/freezegun/__init__.py": "a module named like one the checks import",
+        "src/pkg/mod.pyc": "bytecode without its source",
+        "src/pkg/fast.cpython-311-x86_64-linux-gnu.so": "a compiled module",
+        "src/zz-1.0.dist-info/entry_points.txt": "a distribution's metadata",
+    }
+    assert check_settings.scan(tmp_path) == {}  # without a suite check: as before
