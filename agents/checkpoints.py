@@ -561,6 +561,7 @@ def fork(
         toolchain=source.toolchain,
         check_settings=source.check_settings,
         suite_guard=source.suite_guard,
+        held_out=source.held_out,
         webhook_urls=source.webhook_urls,
         approval_timeout_seconds=source.approval_timeout_seconds,
         judge_model=source.judge_model,

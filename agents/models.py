@@ -144,6 +144,9 @@ class Run(models.Model):
     # Test-suite checks run guarded and counted (agents/suite_guard.py). False for runs made
     # before it, and for runs that opted out.
     suite_guard = models.BooleanField(default=False)
+    # Checks the agent never sees, run only at finish: {"files": {path: blob hash}, "checks":
+    # [command, ...]} (agents/held_out.py).
+    held_out = models.JSONField(default=dict, blank=True)
     # What a file tool writing one gets: deny, or ask a person.
     protected_action = models.CharField(max_length=10, default="deny")
     # Named criteria, fixed at creation: [{"name", "check": command or null, "passing": bool}].

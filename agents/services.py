@@ -141,6 +141,7 @@ def create_run(
     suite_guard: bool = True,
     protect_tests: bool = True,
     test_setup: dict[str, Any] | None = None,
+    held_out: dict[str, Any] | None = None,
 ) -> Run:
     """Create a run and queue it. `limits` (isolation.LIMIT_NAMES) override today's defaults;
     `allowed_hosts` (HOST[:PORT]) may be reached through the egress proxy without asking;
@@ -149,7 +150,8 @@ def create_run(
     has its `parent` and starts from `workspace_tree` (agents/fleet_spawn.py). `suite_guard`:
     test-suite checks run guarded and counted (agents/suite_guard.py); `protect_tests`: with
     one, the workspace's tests are protected too. `test_setup` (agents/test_setup.Setup, as a
-    dict): the check environment is built from it, the project editable from the workspace."""
+    dict): the check environment is built from it, the project editable from the workspace.
+    `held_out` (agents/held_out.collect): checks the agent never sees, run only at finish."""
     goal = inputs.text(goal, what="the goal", field="goal", empty="a run needs a goal")
     checks = [
         inputs.text(c, what="a check", max_length=inputs.MAX_LINE, field="checks")
@@ -292,6 +294,7 @@ def create_run(
             parent=parent,
             depth=parent.depth + 1 if parent is not None else 0,
             fleet_conflicts=fleet_conflicts,
+            held_out=held_out or {},
             **fields,
         )
         if provider == Provider.SCRIPTED:

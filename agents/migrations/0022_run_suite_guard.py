@@ -12,4 +12,9 @@ class Migration(migrations.Migration):
             name="suite_guard",
             field=models.BooleanField(default=False),
         ),
+        migrations.AddField(
+            model_name="run",
+            name="held_out",
+            field=models.JSONField(blank=True, default=dict),
+        ),
     ]

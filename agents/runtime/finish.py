@@ -17,7 +17,15 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db.models import F
 
-from agents import check_settings, done_conditions, sandbox, suite_guard, verification, workspaces
+from agents import (
+    check_settings,
+    done_conditions,
+    held_out,
+    sandbox,
+    suite_guard,
+    verification,
+    workspaces,
+)
 from agents.eventlog import LeaseLost
 from agents.models import (
     ArtifactKind,
@@ -64,6 +72,8 @@ class Finish:
         )
         outcome = self.verify(at="finish")
         passed, notes = outcome.passed, outcome.notes
+        if passed and (s.run.held_out or {}).get("checks"):
+            passed = self._held_out(notes)
         if passed and verification.criteria_of(s.run):
             verdict = self._judge(outcome.results)
             passed = verdict.passed
@@ -226,6 +236,61 @@ class Finish:
             bool(required) and all(r["passed"] for r in required) and not failing and not blocked
         )
         return Verification(passed, results, required, notes)
+
+    def _held_out(self, notes: list[str]) -> bool:
+        """The held-out checks (agents/held_out.py), once every done-condition passed. The agent
+        learns which failed, never their output (kept as an artifact for people)."""
+        s, run = self.s, self.s.run
+        guarded = bool(run.suite_guard)
+        results = held_out.run_held_out(
+            run.held_out,
+            s.workspace,
+            should_stop=s.heartbeat,
+            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=s.isolation,
+            limits=s.limits,
+            toolchain=s.toolchain,
+            guard=guarded,
+        )
+        report = "\n\n".join(
+            f"## `{r['command']}`: {'passed' if r['passed'] else 'FAILED'}\n\n"
+            + done_conditions.fenced(r["output"][-8000:])
+            for r in results
+        )
+        s.store_artifact(
+            f"held-out-checks-session-{s.session.index}-turn-{s.session.turns}.md",
+            ArtifactKind.REPORT,
+            f"# Held-out checks\n\n{report}\n".encode(),
+            "text/markdown",
+        )
+        s.append(
+            *[
+                s.event(
+                    EventKind.CHECK_RESULT,
+                    {
+                        "command": f"held-out: {r['command']}",
+                        "exit_code": r["exit_code"],
+                        "passed": r["passed"],
+                        "timed_out": r["timed_out"],
+                        "cancelled": r["cancelled"],
+                        "output": "(held out: the output is kept as an artifact for people)",
+                        "at": "finish",
+                        "required": False,
+                        "held_out": True,
+                    },
+                )
+                for r in results
+            ]
+        )
+        failed = [r["command"] for r in results if not r["passed"]]
+        if failed:
+            notes.append(
+                f"{len(failed)} of {len(results)} held-out checks failed (checks you do not "
+                "see, run only at finish: fix the behaviour in general, not for the visible "
+                "tests' inputs)."
+            )
+        return not failed
 
     def _put_back_protected(self, at: str) -> list[str]:
         """Protected files changed since creation are recorded and put back before the checks;

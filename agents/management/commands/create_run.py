@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from agents import inputs, suite_guard, test_setup
+from agents import held_out, inputs, suite_guard, test_setup
 from agents.management.base import acting, fail
 from agents.providers.scripted import ScriptError, load_script
 from agents.services import (
@@ -31,6 +31,18 @@ class Command(BaseCommand):
             metavar="CMD",
             help="a done-condition: a shell command that exits 0 when the goal is met (repeatable); "
             "with --workspace-from and none given, the project's test suite as its CI runs it",
+        )
+        parser.add_argument(
+            "--held-out",
+            metavar="DIR",
+            help="files the agent never sees (tests, say), written in only for --held-out-check",
+        )
+        parser.add_argument(
+            "--held-out-check",
+            action="append",
+            default=[],
+            metavar="CMD",
+            help="a check run only at finish, with the --held-out files in place (repeatable)",
         )
         parser.add_argument(
             "--no-suite-guard",
@@ -163,6 +175,18 @@ class Command(BaseCommand):
                 rules = inputs.load_json(text, what="--policy")
             except inputs.InputError as e:
                 raise fail(str(e)) from None
+        held = None
+        if o["held_out"] or o["held_out_check"]:
+            if not o["held_out_check"]:
+                raise fail("--held-out needs at least one --held-out-check CMD to run them")
+            try:
+                held = (
+                    held_out.collect(o["held_out"], o["held_out_check"])
+                    if o["held_out"]
+                    else {"files": {}, "checks": o["held_out_check"]}
+                )
+            except held_out.HeldOutProblem as e:
+                raise fail(f"--held-out: {e}") from None
         setup = None
         if (
             o["workspace_from"]
@@ -219,6 +243,7 @@ class Command(BaseCommand):
                 project=o["project"],
                 fleet_conflicts=o["fleet_conflicts"],
                 suite_guard=not o["no_suite_guard"],
+                held_out=held,
                 protect_tests=not o["no_protect_tests"],
                 **({"test_setup": setup.as_dict()} if setup is not None else {}),
                 created_by=user,
