@@ -10,6 +10,7 @@ is kept as an artifact for people.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,15 @@ def run_held_out(held_out: dict[str, Any], workspace, **check_options) -> list[d
     """Write the held-out files in, run the held-out checks, take the files out again."""
     store = blobstore.configured()
     before: dict[str, bytes | None] = {}
+    made: list[Path] = []  # folders the held-out files needed: taken out again, deepest first
     try:
         for rel, digest in held_out.get("files", {}).items():
             path = workspace.resolve(rel)  # inside the workspace, through no link
             before[rel] = path.read_bytes() if path.is_file() and not path.is_symlink() else None
             if path.is_symlink():
                 path.unlink()
+            missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
+            made += [p for p in missing if p not in made]
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(store.get(digest))
         return done_conditions.run_checks(held_out.get("checks", []), workspace, **check_options)
@@ -64,3 +68,6 @@ def run_held_out(held_out: dict[str, Any], workspace, **check_options) -> list[d
                 path.unlink(missing_ok=True)
             else:
                 path.write_bytes(data)
+        for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):  # not empty: the check left something there
+                folder.rmdir()
