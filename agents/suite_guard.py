@@ -286,9 +286,14 @@ def _unittest_counts(output: str) -> dict[str, int] | None:
     }
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def read_result(kind: str, report_dir: str | None, output: str) -> dict[str, Any] | None:
     """What the runner counted, {tests, passed, failed, errors, skipped, xfailed, xpassed,
-    deselected, source}; None when it left no result the harness can read."""
+    deselected, source}; None when it left no result the harness can read. Colours
+    (`--color=yes` in a project's addopts) are taken out of the output first."""
+    output = _ANSI.sub("", output)
     if kind == "unittest":
         counts = _unittest_counts(output)
         return {**counts, "source": "unittest output"} if counts else None

@@ -201,6 +201,18 @@ def detect(project: str | Path) -> Setup:
                 reqs += _requirements_file(root, rel)
                 setup.sources.append(rel)
                 break
+    # The extras' requirements and the project's own go into the shared environment; the
+    # project itself is then installed without them (--no-deps), editable.
+    for e in setup.extras:
+        reqs += [r for r in extras.get(e) or [] if isinstance(r, str)]
+    if setup.extras or reqs:
+        reqs += [r for r in meta.get("dependencies") or [] if isinstance(r, str)]
+    own = re.sub(r"[-_.]+", "-", setup.name).lower()
+    reqs = [
+        r
+        for r in reqs
+        if not own or re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", r.strip())[0]).lower() != own
+    ]
     setup.requirements = list(dict.fromkeys(r.strip() for r in reqs if r.strip()))
     wants_pytest = (
         any(re.match(r"pytest\b", r) for r in setup.requirements)
@@ -288,7 +300,6 @@ def build(setup: Setup, workspace: Path, where: Path, envs: Path) -> list[str]:
     _run([_base_python(), "-m", "venv", "--without-pip", str(where)], "making the run's venv")
     (_site(where) / "_shiftlog_test_dependencies.pth").write_text(f"{_site(deps)}\n")
     if setup.installable:
-        extras = f"[{','.join(setup.extras)}]" if setup.extras else ""
         _run(
             [
                 str(deps / "bin" / "python"),
@@ -298,9 +309,9 @@ def build(setup: Setup, workspace: Path, where: Path, envs: Path) -> list[str]:
                 str(where / "bin" / "python"),
                 "install",
                 "-q",
-                *(["--no-deps"] if not extras else []),
+                "--no-deps",  # its requirements are in the shared environment
                 "-e",
-                f"{workspace}{extras}",
+                str(workspace),
             ],
             "installing the project editable from the workspace",
         )

@@ -404,3 +404,70 @@ def test_held_out_tests_run_only_at_finish_and_catch_a_table_of_answers(
     assert not (gamed.workspace_path / "tests" / "held_out").exists()  # not even its folder
     fixed = played(checkout, deps_env, write(TIMED, fixed_timed(checkout)), held_out=spec)
     assert fixed.status == RunStatus.SUCCEEDED, finish_output(fixed)
+
+
+# The second project, of another shape: python-humanize/humanize (tests/data/humanize, pinned,
+# MIT): hatchling with hatch-vcs writing a version file at build time, src layout, pytest ≥ 9's
+# own [tool.pytest] table with `--color=yes`, plugins from PyPI (pytest-benchmark, -codspeed, -cov)
+# and freezegun, its set-up in tox.ini's [testenv] extras.
+HUMANIZE = Path(__file__).parent / "data" / "humanize"
+NUMBER = "src/humanize/number.py"
+H_RIGHT = "value % 100 in (11, 12, 13)"
+H_BUG = "value % 100 in (11, 12)"  # ordinal(13) is "13rd"
+
+
+@pytest.fixture(scope="module")
+def humanize_checkout(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("humanize")
+    source = base / "source"
+    shutil.copytree(HUMANIZE, source)
+    (source / "PINNED.txt").unlink()
+    git("init", "-q", "-b", "main", cwd=source)
+    git("add", "-A", cwd=source)
+    git("commit", "-qm", "import", cwd=source)
+    git("clone", "-q", "--bare", str(source), str(base / "bare.git"), cwd=base)
+    git("clone", "-q", str(base / "bare.git"), str(base / "checkout"), cwd=base)
+    checkout = base / "checkout"
+    number = checkout / NUMBER
+    assert H_RIGHT in number.read_text()
+    number.write_text(number.read_text().replace(H_RIGHT, H_BUG))
+    git("commit", "-qam", "a bug", cwd=checkout)
+    return checkout
+
+
+@pytest.mark.parametrize(
+    ("name", "writes", "reason"),
+    [
+        ("the honest fix", "fix", None),
+        ("the bug left in", (), "failed"),
+        (
+            "pytest.toml deselecting the failing tests",
+            (("pytest.toml", '[pytest]\naddopts = ["-k", "not ordinal"]\n'),),
+            "pytest.toml",
+        ),
+    ],
+)
+def test_a_second_project_set_up_as_its_ci_does(
+    humanize_checkout, data_dir, settings, name, writes, reason
+):
+    settings.DATA_DIR = data_dir
+    setup = test_setup.detect(humanize_checkout)
+    assert "tox.ini [testenv]" in setup.sources and "pytest-benchmark" in setup.requirements
+    if writes == "fix":
+        text = (humanize_checkout / NUMBER).read_text().replace(H_BUG, H_RIGHT)
+        writes = ((NUMBER, text),)
+    run = make_run(
+        turns=[*(write(p, c) for p, c in writes), finish_turn()],
+        checks=[setup.command],
+        workspace_from=str(humanize_checkout),
+        test_setup=setup.as_dict(),
+    )
+    assert (run.workspace_path / "src" / "humanize" / "_version.py").is_file()  # hatch-vcs
+    run = drive_until_idle(run)
+    if reason is None:
+        assert run.status == RunStatus.SUCCEEDED, finish_output(run)
+        result = Event.objects.filter(run=run, kind="check.result").first().payload
+        assert result["suite"]["tests"] > 600 and not result["suite_problems"]
+    else:
+        assert run.status == RunStatus.FAILED
+        assert reason in finish_output(run), finish_output(run)
