@@ -335,6 +335,8 @@ def test_the_runners_result_is_read_and_ratcheted(tmp_path):
     assert any("fewer tests ran" in r for r in reasons)
     assert any("more tests deselected" in r for r in reasons)
     assert any("more tests xpassed" in r for r in reasons)
+    coloured = "\x1b[32m== \x1b[1m1 passed\x1b[0m, 3 deselected, 1 xpassed in 0.1s ==\x1b[0m"
+    assert suite_guard.read_result("pytest", str(tmp_path), coloured)["deselected"] == 3
     # A summary line printed by the code under test is no report: pytest wrote none.
     assert suite_guard.read_result("pytest", str(tmp_path / "none"), out) is None
     assert "no result the harness can read" in suite_guard.compare(None, base)[0]
