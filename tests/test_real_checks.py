@@ -473,3 +473,14 @@ def test_a_second_project_set_up_as_its_ci_does(
     else:
         assert run.status == RunStatus.FAILED
         assert reason in finish_output(run), finish_output(run)
+
+
+def test_held_out_input_errors_are_clear(tmp_path):
+    from django.core.management.base import CommandError
+
+    for args, message in (
+        (["--held-out", str(tmp_path)], "needs at least one --held-out-check"),
+        (["--held-out", str(tmp_path / "nope"), "--held-out-check", "true"], "is not a folder"),
+    ):
+        with pytest.raises(CommandError, match=message):
+            call_command("create_run", "--goal", "g", "--check", "true", *args)
