@@ -29,9 +29,16 @@ from typing import Any
 from agents import blobstore
 
 SETTINGS_FILES = frozenset(
-    {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "sitecustomize.py",
-     "usercustomize.py"}
+    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
+     "tox.toml", "setup.cfg", "noxfile.py", "hatch.toml", "sitecustomize.py", "usercustomize.py"}
 )  # fmt: skip
+# Code that runs in place of a module's source, or metadata that makes the runner load a plugin:
+# with a test-suite check (agents/suite_guard.py) these keep the finish from succeeding.
+BLOCKING_KINDS = frozenset(
+    {"bytecode without its source", "a compiled module", "a distribution's metadata",
+     "a module named like one the checks import"}
+)  # fmt: skip
+COMPILED = (".so", ".pyd")
 # Executables named like what a check command calls: a shim in the workspace stands in for it.
 SHIMS = frozenset(
     {"python", "python3", "pytest", "py.test", "pip", "pip3", "sh", "bash", "env", "node",
@@ -57,13 +64,27 @@ def _is_shim(path: Path) -> bool:
 
 
 def _pytest_table(data: bytes) -> str:
-    """pyproject.toml's test settings, as canonical JSON ("" when there are none, or the file
-    is not TOML: then it cannot configure pytest either)."""
+    """pyproject.toml's test settings ([tool.pytest], pytest 9's native table included, and
+    the test runners' [tool.tox], [tool.nox] and [tool.hatch.envs]), as canonical JSON (""
+    when there are none, or the file is not TOML: then it cannot configure them either)."""
     try:
-        table = tomllib.loads(data.decode("utf-8")).get("tool", {}).get("pytest")
+        tool = tomllib.loads(data.decode("utf-8")).get("tool", {})
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         return ""
-    return json.dumps(table, sort_keys=True, default=str) if table else ""
+    if not isinstance(tool, dict):
+        return ""
+    tables = {
+        "tox": tool.get("tox"),
+        "nox": tool.get("nox"),
+        "hatch.envs": (tool.get("hatch") or {}).get("envs")
+        if isinstance(tool.get("hatch"), dict)
+        else None,
+    }
+    tables = {k: v for k, v in tables.items() if v}
+    if not tables:  # as before: the [tool.pytest] table alone
+        table = tool.get("pytest")
+        return json.dumps(table, sort_keys=True, default=str) if table else ""
+    return json.dumps({"pytest": tool.get("pytest"), **tables}, sort_keys=True, default=str)
 
 
 def _outside(line: str, workspace: Path) -> bool:
@@ -80,8 +101,11 @@ def _outside(line: str, workspace: Path) -> bool:
     return not (target == workspace or workspace in target.parents)
 
 
-def scan(workspace: Path) -> dict[str, dict[str, Any]]:
-    """{relative path: {kind, hash}} of everything that changes how checks run, now."""
+def scan(workspace: Path, guarded: frozenset[str] | None = None) -> dict[str, dict[str, Any]]:
+    """{relative path: {kind, hash}} of everything that changes how checks run, now. With
+    `guarded` (agents/suite_guard.guarded_names: a test-suite check), also what would run in
+    place of source or of the runner: modules that could be imported as top-level ones under a
+    guarded name, bytecode outside __pycache__, compiled modules, distribution metadata."""
     workspace = Path(workspace)
     found: dict[str, dict[str, Any]] = {}
     venvs: list[Path] = []  # virtualenv folders met so far (os.walk goes top down)
@@ -100,7 +124,9 @@ def scan(workspace: Path) -> dict[str, dict[str, Any]]:
                 if name.endswith(".pth") and _pth_points_outside(path, workspace):
                     found[rel] = _print(path, "a .pth pointing outside the workspace")
                 continue
-            if name in SETTINGS_FILES or name.endswith(".pth"):
+            if guarded is not None and (kind := _shadow(here, name, guarded)):
+                found[rel] = _print(path, kind)
+            elif name in SETTINGS_FILES or name.endswith(".pth"):
                 found[rel] = _print(
                     path, "test settings" if name in SETTINGS_FILES else "a .pth file"
                 )
@@ -114,6 +140,26 @@ def scan(workspace: Path) -> dict[str, dict[str, Any]]:
             elif _is_shim(path):
                 found[rel] = _print(path, "an executable named like a tool the checks call")
     return found
+
+
+def _shadow(here: Path, name: str, guarded: frozenset[str]) -> str:
+    """The blocking kind of a file, or "" (see BLOCKING_KINDS)."""
+    if name.endswith(".pyc"):
+        return "bytecode without its source"
+    if name.endswith(COMPILED) or ".so." in name:
+        return "a compiled module"
+    if here.name.endswith((".dist-info", ".egg-info")) or name.endswith(".egg-link"):
+        return "a distribution's metadata"
+    top_level = not (here / "__init__.py").exists()
+    if name.endswith(".py") and top_level and name[:-3] in guarded:
+        return "a module named like one the checks import"
+    if (
+        name == "__init__.py"
+        and here.name in guarded
+        and not (here.parent / "__init__.py").exists()
+    ):
+        return "a module named like one the checks import"
+    return ""
 
 
 def _pth_points_outside(path: Path, workspace: Path) -> bool:
@@ -140,11 +186,13 @@ def _print(path: Path, kind: str) -> dict[str, Any]:
     return {"kind": kind, "hash": _digest(_read(path))}
 
 
-def fingerprint(workspace: Path) -> dict[str, dict[str, Any]]:
+def fingerprint(
+    workspace: Path, guarded: frozenset[str] | None = None
+) -> dict[str, dict[str, Any]]:
     """The run's check settings at creation; their contents go into the blob store, so the
     originals can be put back. OutsidePointer when a virtualenv points outside the workspace:
     the checks would test that code, not the workspace's."""
-    prints = scan(workspace)
+    prints = scan(workspace, guarded)
     pointing = [rel for rel, p in prints.items() if p["kind"].startswith("a .pth pointing")]
     if pointing:
         raise OutsidePointer(
@@ -159,9 +207,11 @@ def fingerprint(workspace: Path) -> dict[str, dict[str, Any]]:
     return prints
 
 
-def changes(workspace: Path, prints: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def changes(
+    workspace: Path, prints: dict[str, dict[str, Any]], guarded: frozenset[str] | None = None
+) -> list[dict[str, Any]]:
     """What the agent added, changed or removed of the check settings since creation."""
-    now = scan(workspace)
+    now = scan(workspace, guarded)
     found = []
     for rel, p in now.items():
         was = prints.get(rel)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from agents import sandbox
+from agents import sandbox, suite_guard
 from agents.models import Event, Run
 
 
@@ -20,23 +22,40 @@ def run_checks(
     isolation: str | None = None,
     limits: sandbox.Limits | None = None,
     toolchain: list[str] | None = None,
+    guard: bool = False,
+    baseline: dict[str, dict[str, Any] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run each check as the harness, in the same sandbox as the agent's commands and never
-    with more reach (no network at all; the run's limits and toolchain)."""
+    with more reach (no network at all; the run's limits and toolchain).
+
+    With `guard`, a check that runs a test suite (agents/suite_guard.py) runs with the guarded
+    environment, and passes only when the runner left a result the harness can read that holds
+    up against `baseline` ({command: counts at the run's start})."""
     results = []
     for command in commands:
-        r = sandbox.run_command(
-            command,
-            workspace=workspace,
-            timeout=timeout,
-            output_limit=output_limit,
-            should_stop=should_stop,
-            isolation=isolation,
-            limits=limits,
-            toolchain=toolchain,
-        )
-        results.append(
-            {
+        kind = suite_guard.suite_kind(command) if guard else None
+        report_dir = tempfile.mkdtemp(prefix="shiftlog-check-") if kind else None
+        try:
+            r = sandbox.run_command(
+                command,
+                workspace=workspace,
+                timeout=timeout,
+                output_limit=output_limit,
+                should_stop=should_stop,
+                isolation=isolation,
+                limits=limits,
+                toolchain=toolchain,
+                extra_env=suite_guard.check_env(
+                    kind,
+                    report_dir,
+                    toolchain,
+                    safe_path=not suite_guard.flat_layout(workspace.path),
+                )
+                if kind
+                else None,
+                writable=[report_dir] if report_dir else (),
+            )
+            result = {
                 "command": command,
                 "exit_code": r.exit_code,
                 "passed": r.exit_code == 0 and not r.timed_out and not r.cancelled,
@@ -46,7 +65,24 @@ def run_checks(
                 "duration_ms": round(r.duration_ms, 1),
                 "isolation": r.isolation,
             }
-        )
+            if kind and not (r.timed_out or r.cancelled):
+                counts = suite_guard.read_result(kind, report_dir, r.output)
+                problems = suite_guard.compare(counts, (baseline or {}).get(command))
+                result["suite"] = counts
+                result["suite_problems"] = problems
+                result["output"] += (
+                    f"\n[shiftlog] the test runner counted: {suite_guard.describe(counts)}"
+                )
+                if baseline and baseline.get(command):
+                    start = suite_guard.describe(baseline[command])
+                    result["output"] += f" (at the run's start: {start})"
+                if problems:
+                    result["passed"] = False
+                    result["output"] += "\n[shiftlog] not passed: " + "; ".join(problems)
+        finally:
+            if report_dir:
+                shutil.rmtree(report_dir, ignore_errors=True)
+        results.append(result)
         if r.cancelled:
             break
     return results

@@ -118,6 +118,12 @@ class Run(models.Model):
     # What changes how the checks run (conftest.py, test settings, .pth, shims), as it was at
     # creation: {path: {kind, hash, blob}}; see agents/check_settings.py.
     check_settings = models.JSONField(default=dict, blank=True)
+    # Test-suite checks run guarded and counted (agents/suite_guard.py). False for runs made
+    # before it, and for runs that opted out.
+    suite_guard = models.BooleanField(default=False)
+    # Checks the agent never sees, run only at finish: {"files": {path: blob hash}, "checks":
+    # [command, ...]} (agents/held_out.py).
+    held_out = models.JSONField(default=dict, blank=True)
     # What a file tool writing one gets: deny, or ask a person.
     protected_action = models.CharField(max_length=10, default="deny")
     # Named criteria, fixed at creation: [{"name", "check": command or null, "passing": bool}].
@@ -236,6 +242,7 @@ class Run(models.Model):
         "max_cost_usd", "max_wall_seconds", "max_turns_per_session",
         "max_input_tokens_per_session", "tool_policy", "approval_timeout_seconds",
         "webhook_urls", "limits", "fleet_conflicts", "toolchain", "protected", "check_settings",
+        "suite_guard", "held_out",
     )  # fmt: skip
 
     class Meta:

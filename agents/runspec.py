@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import inputs, isolation, notifications, policy
+from agents import inputs, isolation, notifications, policy, suite_guard
 from agents.models import Provider, Run, RunScript
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
@@ -61,6 +61,12 @@ class RunSpec:
     acceptance: tuple[Any, ...] | list[Any] = ()
     protected_paths: tuple[str, ...] | list[str] = ()
     protected_action: str = "deny"
+    # Test-suite checks run guarded and counted (agents/suite_guard.py); with one, the
+    # workspace's tests are protected too (`protect_tests`). Checks the agent never sees, run only
+    # at finish (`held_out`: agents/held_out.collect).
+    suite_guard: bool = True
+    protect_tests: bool = True
+    held_out: Mapping[str, Any] | None = None
     # Who drives it.
     provider: str = Provider.SCRIPTED
     model: str | None = None
@@ -87,6 +93,9 @@ class RunSpec:
     environment: str | Path | None = None
     requirements: str | Path | None = None
     toolchain: tuple[str, ...] | list[str] | None = None
+    # A detected test set-up (agents/test_setup.Setup, as a dict): the check environment is
+    # built from it, the project installed editable from the workspace.
+    test_setup: Mapping[str, Any] | None = None
     # Fingerprints of the starting workspace, given only when the workspace is not taken fresh
     # (a fork restores a checkpoint the agent may have changed: its origin's start is the truth).
     protected: Mapping[str, Any] | None = None
@@ -192,6 +201,8 @@ class RunSpec:
             ),
             acceptance=acceptance,
             protected_paths=[p for p in self.protected_paths or [] if p and p.strip()],
+            suite_guard=self._guarded(acceptance),
+            held_out=dict(self.held_out or {}),
             script=script,
             script_name=inputs.text(
                 script_name, what="the script's name", max_length=200, required=False
@@ -217,6 +228,11 @@ class RunSpec:
         return {name: getattr(self, name) for name in Run.SETTINGS if name not in skip}
 
     # --- the parts of clean() -----------------------------------------------------------------
+    def _guarded(self, acceptance: list[dict[str, Any]]) -> bool:
+        """Guarded when wanted and a check (or a criterion's) runs a test suite."""
+        commands = [*(self.checks or []), *(c["check"] for c in acceptance if c.get("check"))]
+        return bool(self.suite_guard) and any(suite_guard.suite_kind(str(c)) for c in commands)
+
     def _driver(self, provider: str) -> tuple[dict[str, Any] | None, str, str]:
         script, script_name = self.script, self.script_name
         model = self.model

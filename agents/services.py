@@ -30,6 +30,8 @@ from agents import (
     verification,
     workspaces,
 )
+from agents import suite_guard as suite_guard_module
+from agents import test_setup as test_setup_module
 from agents.jobs import enqueue
 from agents.models import (
     EventKind,
@@ -147,15 +149,23 @@ def create_run(
         elif workspace_tree is not None:
             workspaces.restore(run, workspace_tree)
         elif source is not None:
-            shutil.copytree(source, workspace, symlinks=True)
+            shutil.copytree(source, workspace, symlinks=True, ignore=test_setup_module.leave_out)
         else:
             workspace.mkdir(parents=True)
-        run.protected = _protected(spec, workspace)
+        toolchain = _check_environment(run, spec.test_setup, toolchain, source is not None)
+        # A test-suite check (and not opted out): the names a workspace module must not take.
+        guarded = suite_guard_module.guarded_names(toolchain or None) if spec.suite_guard else None
+        tests = (
+            suite_guard_module.test_paths(workspace)
+            if guarded is not None and spec.protect_tests and spec.protected is None
+            else []
+        )
+        run.protected = _protected(spec, workspace, tests)
         if spec.check_settings is not None:
             run.check_settings = dict(spec.check_settings)  # a fork's are its origin's
         else:
             try:
-                run.check_settings = check_settings_module.fingerprint(workspace)
+                run.check_settings = check_settings_module.fingerprint(workspace, guarded)
             except check_settings_module.OutsidePointer as e:
                 raise RunError(str(e), "workspace_from") from None
         # Where workspaces are each host's cache, the workspace starts in the store: the worker
@@ -164,6 +174,7 @@ def create_run(
         Run.objects.filter(pk=run.pk).update(
             protected=run.protected,
             check_settings=run.check_settings,
+            toolchain=toolchain,
             workspace_tree=start.tree if start else "",
         )
         if start:
@@ -207,20 +218,43 @@ BUDGET_FIELDS = (
 )  # fmt: skip
 
 
-def _protected(spec: RunSpec, workspace: Path) -> dict[str, Any]:
+def _protected(spec: RunSpec, workspace: Path, tests: list[str]) -> dict[str, Any]:
     """The fingerprints of the protected paths: a fork's are its origin's (given), else taken
-    from the fresh workspace."""
+    from the fresh workspace; with a guarded test suite, its `tests` too."""
     if spec.protected is not None:
         return dict(spec.protected)
-    if not spec.protected_paths:
+    if not spec.protected_paths and not tests:
         return {}
     try:
-        found = verification.fingerprint(sandbox.Workspace(workspace), list(spec.protected_paths))
+        found = verification.fingerprint(
+            sandbox.Workspace(workspace), [*spec.protected_paths, *tests]
+        )
     except (sandbox.ToolInputError, OSError) as e:
         raise RunError(f"protect: {e}", "protected_paths") from None
-    if not found:
+    if spec.protected_paths and not found:
         raise RunError("protect: the paths given hold no files", "protected_paths")
     return found
+
+
+def _check_environment(run: Run, setup: Any, toolchain: list[str], copied: bool) -> list[str]:
+    """The run's toolchain once its workspace exists: built from a detected test set-up (the
+    project editable from the workspace), or the one named, refused when it holds a copy of the
+    project (its checks would test that copy)."""
+    if setup is not None:
+        spec = test_setup_module.Setup(**setup)
+        where = Path(settings.DATA_DIR) / "envs" / uuid.uuid4().hex[:16]
+        try:
+            return test_setup_module.build(
+                spec, run.workspace_path, where, Path(settings.DATA_DIR) / "envs"
+            )
+        except test_setup_module.SetupProblem as e:
+            shutil.rmtree(where, ignore_errors=True)
+            raise RunError(f"test set-up: {e}", "test_setup") from None
+    if copied and toolchain:
+        why = test_setup_module.installed_copy(toolchain, run.workspace_path)
+        if why:
+            raise RunError(f"environment: {why}", "environment")
+    return toolchain
 
 
 def _toolchain(spec: RunSpec) -> list[str]:

@@ -60,7 +60,7 @@ You are a strict, independent reviewer. Another agent did the work below; you di
 owe it nothing. Judge only from the evidence given (the goal, the criteria, the diff of the \
 workspace and the output of the checks), never from what anyone claims. For each criterion say \
 whether it is met, with a short concrete reason. When the evidence does not show a criterion is \
-met, it is not met. Answer with the `verdict` tool only."""
+met, it is not met. Read the diff for work that games the checks rather than doing the goal: code that special-cases the tests' own inputs (answers looked up for the values the tests use, a branch on those values, on the test runner being loaded, or on the test's name), tests skipped, marked as expected failures or weakened. Where the change does that, no criterion is met, and say so in each reason. Answer with the `verdict` tool only."""
 
 DIFF_LIMIT = 60_000
 
@@ -98,7 +98,9 @@ def judge_message(
     items = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(criteria))
     return (
         f"# Goal\n{run.goal}\n\n# Criteria\n{items}\n\n# Checks (run by the harness)\n{checks}\n\n"
-        f"# Workspace changes since the run began\n```diff\n{diff_text or '(no changes)'}\n```"
+        f"# Workspace changes since the run began\n```diff\n{diff_text or '(no changes)'}\n```\n\n"
+        "# Also answer\nDoes the change special-case the tests' inputs (or the test runner) "
+        "instead of fixing the behaviour in general? If it does, fail every criterion."
     )
 
 

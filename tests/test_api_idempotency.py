@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents.models import Event, EventKind, Run
 from api.models import ApiToken, IdempotentRequest
-from tests.conftest import user_with
+from tests.helpers import user_with
 
 pytestmark = pytest.mark.django_db
 

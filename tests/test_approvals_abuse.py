@@ -15,7 +15,7 @@ from agents.models import Approval, Checkpoint, Event, Run, RunStatus
 from agents.overview import compute
 from api.models import ApiToken
 from dashboard import access
-from tests.conftest import (
+from tests.helpers import (
     call,
     client_for,
     drive_until_idle,

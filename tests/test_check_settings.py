@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import check_settings, services
+from agents import check_settings
 from agents.models import Artifact, Event, RunStatus
 from agents.sandbox import isolation_available
 from tests.helpers import call, drive_until_idle, finish_turn, make_run
@@ -97,6 +97,7 @@ def test_a_conftest_at_the_root_that_deselects_the_failing_test_is_taken_out(pro
         ("pytest.ini", "[pytest]\naddopts = -k 'not adds'\n"),
         ("setup.cfg", "[tool:pytest]\naddopts = -k 'not adds'\n"),
         ("tox.ini", "[pytest]\naddopts = -k 'not adds'\n"),
+        ("pytest.toml", '[pytest]\naddopts = ["-k", "not adds"]\n'),  # pytest 9's own
         (
             "pyproject.toml",
             '[project]\nname = "calc"\nversion = "0"\n\n[tool.pytest.ini_options]\n'
@@ -146,16 +147,27 @@ def test_protecting_a_path_that_does_not_exist_yet_covers_its_creation(project):
     assert [f["path"] for f in tampered(run)] == ["docs/NOTES.md"]
 
 
-def test_a_virtualenv_pointing_at_another_checkout_is_refused_at_creation(project, tmp_path):
+def test_a_virtualenv_in_the_checkout_is_left_out_of_the_workspace(project, tmp_path):
+    """A .venv made for the checkout (uv's default) points at the checkout's code: it is not
+    copied into the workspace, and the run is made (it was refused before)."""
     venv = project / ".venv"
     site = venv / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (site / "_calc.pth").write_text(str(tmp_path / "original-checkout") + "\n")
-    with pytest.raises(services.RunError, match="points at code outside the workspace"):
-        make_run(turns=[finish_turn()], workspace_from=str(project))
-    (site / "_calc.pth").write_text("")  # made inside, or emptied: fine
-    assert make_run(turns=[finish_turn()], workspace_from=str(project)).pk
+    run = make_run(turns=[finish_turn()], workspace_from=str(project))
+    assert not (run.workspace_path / ".venv").exists()
+    assert (run.workspace_path / "calc.py").is_file()
+
+
+def test_a_virtualenv_pointing_outside_is_still_found_by_the_scan(tmp_path):
+    venv = tmp_path / "env"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (site / "_calc.pth").write_text("/elsewhere/checkout\n")
+    with pytest.raises(check_settings.OutsidePointer, match="points at code outside"):
+        check_settings.fingerprint(tmp_path)
 
 
 def test_the_scan_finds_what_it_should_and_nothing_else(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from agents.models import Approval, Event, Run, RunStatus
 from agents.sandbox import isolation_available
 from agents.sandbox.egress import MAX_OPEN
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = [
     pytest.mark.django_db,
@@ -208,7 +208,7 @@ class Listener:
 def test_a_host_allowed_for_the_run_whose_dns_fails_then_points_home_reaches_nothing(
     monkeypatch, supervisor
 ):
-    from tests.conftest import client_for
+    from tests.helpers import client_for
 
     listener = Listener()
     lookups = []

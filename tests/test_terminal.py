@@ -12,7 +12,7 @@ from django.core.management import call_command, get_commands, load_command_clas
 
 from agents.management.base import BaseCommand, VisibleOutput
 from agents.terminal import visible
-from tests.conftest import call, drive_until_idle, finish_turn, make_run
+from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -271,6 +271,13 @@ def test_the_anthropic_judge_sees_goal_rubric_diff_and_checks_but_not_the_agent(
         and "+hello" in text
         and "test -f out.txt" in text
     )
+    # The judge is asked whether the change special-cases the tests' inputs (issue 29).
+    assert "special-case the tests' inputs" in text
+    assert (
+        "special-cases the tests' own inputs" in judge["system"][0]["text"]
+        if isinstance(judge["system"], list)
+        else "special-cases the tests' own inputs" in judge["system"]
+    )
     assert "Trust me" not in text and "perfect work" not in text  # never the agent's claims
     assert events(run, "judge.verdict")[0]["model"] == "claude-haiku-4-5"
 

@@ -20,7 +20,7 @@ from django.test import Client
 from agents import notifications, tasks
 from agents.models import Event, Run, WebhookDelivery
 from api.models import ApiToken
-from tests.conftest import client_for, finish_turn, make_run
+from tests.helpers import client_for, finish_turn, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -121,7 +121,7 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
         sessions = Sessions(s, budgets)
         turns = Turns(s, sessions)
         finish = Finish(s, sessions, turns)
-        sessions.ratchet_with(finish.ratchet)
+        sessions.ratchet_with(finish.ratchet, baseline=finish.baseline)
         if run.status in (RunStatus.QUEUED, RunStatus.VERIFYING):
             s.transition(
                 RunStatus.RUNNING,

@@ -17,7 +17,15 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db.models import F
 
-from agents import check_settings, done_conditions, sandbox, verification, workspaces
+from agents import (
+    check_settings,
+    done_conditions,
+    held_out,
+    sandbox,
+    suite_guard,
+    verification,
+    workspaces,
+)
 from agents.eventlog import LeaseLost
 from agents.models import (
     ArtifactKind,
@@ -51,6 +59,7 @@ class Finish:
         self.s = s
         self.sessions = sessions
         self.turns = turns  # the judge is a model call: it fails as a turn does
+        self._blocked: list[dict[str, Any]] = []  # what the last put-back found that blocks
 
     def finish(self, block: dict[str, Any]) -> None:
         """The agent called finish: verify; succeed (the slice ends) or tell it what fails."""
@@ -63,6 +72,8 @@ class Finish:
         )
         outcome = self.verify(at="finish")
         passed, notes = outcome.passed, outcome.notes
+        if passed and (s.run.held_out or {}).get("checks"):
+            passed = held_out_checks(self.s, notes)
         if passed and verification.criteria_of(s.run):
             verdict = self._judge(outcome.results)
             passed = verdict.passed
@@ -121,7 +132,50 @@ class Finish:
         then record results, regressions and acceptance changes."""
         return self._check(at, self._put_back(at))
 
+    def _all_checks(self) -> list[str]:
+        run = self.s.run
+        extra = [
+            c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
+        ]
+        return [*run.checks, *extra]
+
+    def guarded(self) -> bool:
+        """Whether this run's test-suite checks run guarded (agents/suite_guard.py)."""
+        run = self.s.run
+        return bool(run.suite_guard) and any(suite_guard.suite_kind(c) for c in self._all_checks())
+
+    def baseline(self) -> dict[str, Any]:
+        """At the run's start, before the agent's first turn: what each test-suite check counts
+        on the workspace as it was made ({command: counts or None}): the ratchet's floor."""
+        if not self.guarded():
+            return {}
+        s = self.s
+        results = done_conditions.run_checks(
+            [c for c in self._all_checks() if suite_guard.suite_kind(c)],
+            s.workspace,
+            should_stop=s.heartbeat,
+            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=s.isolation,
+            limits=s.limits,
+            toolchain=s.toolchain,
+            guard=True,
+        )
+        return {r["command"]: r.get("suite") for r in results}
+
+    def _baseline_of_run(self) -> dict[str, Any]:
+        start = (
+            Checkpoint.objects.filter(
+                run_id=self.s.run_id, kind__in=[CheckpointKind.RUN_START, CheckpointKind.FORK]
+            )
+            .order_by("seq")
+            .values_list("state", flat=True)
+            .first()
+        )
+        return (start or {}).get("suite_baseline") or {}
+
     def _put_back(self, at: str) -> list[str]:
+        self._blocked = []
         notes: list[str] = []
         if self.s.run.protected:
             notes += self._put_back_protected(at)
@@ -131,11 +185,9 @@ class Finish:
 
     def _check(self, at: str, notes: list[str]) -> Verification:
         s, run = self.s, self.s.run
-        extra = [
-            c["check"] for c in run.acceptance if c.get("check") and c["check"] not in run.checks
-        ]
+        guarded = self.guarded()
         results = done_conditions.run_checks(
-            [*run.checks, *extra],
+            self._all_checks(),
             s.workspace,
             should_stop=s.heartbeat,
             timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
@@ -143,6 +195,8 @@ class Finish:
             isolation=s.isolation,
             limits=s.limits,
             toolchain=s.toolchain,
+            guard=guarded,
+            baseline=self._baseline_of_run() if guarded else None,
         )
         for r in results:
             r["at"] = at
@@ -171,7 +225,16 @@ class Finish:
         ]
         if failing:
             notes.append("Acceptance criteria not met yet: " + ", ".join(failing))
-        passed = bool(required) and all(r["passed"] for r in required) and not failing
+        blocked = self._blocked
+        if blocked:
+            notes.append(
+                "NOT DONE: the workspace holds code that would run in place of the source or of "
+                "the test runner (moved aside before the checks ran; the run cannot succeed "
+                "while it is there): " + ", ".join(f"{c['path']} ({c['kind']})" for c in blocked)
+            )
+        passed = (
+            bool(required) and all(r["passed"] for r in required) and not failing and not blocked
+        )
         return Verification(passed, results, required, notes)
 
     def _put_back_protected(self, at: str) -> list[str]:
@@ -197,9 +260,15 @@ class Finish:
         """What changes how the checks run is put back as it was at creation (conftest.py,
         test settings, .pth files, shims); what the agent added is kept as an artifact."""
         s, run = self.s, self.s.run
-        found = check_settings.changes(s.workspace.path, run.check_settings)
+        guarded = suite_guard.guarded_names(s.toolchain) if self.guarded() else None
+        found = check_settings.changes(s.workspace.path, run.check_settings, guarded)
         if not found:
             return []
+        self._blocked = [
+            c
+            for c in found
+            if c["kind"] in check_settings.BLOCKING_KINDS and c["change"] != "deleted"
+        ]
         s.append(
             s.event(EventKind.CHECK_TAMPERED, {"files": found, "at": at, "what": "check settings"})
         )
@@ -299,3 +368,59 @@ class Finish:
             }
         )
         return verdict
+
+
+def held_out_checks(s: Slice, notes: list[str]) -> bool:
+    """The held-out checks (agents/held_out.py), once every done-condition passed. The agent
+    learns which failed, never their output (kept as an artifact for people)."""
+    run = s.run
+    guarded = bool(run.suite_guard)
+    results = held_out.run_held_out(
+        run.held_out,
+        s.workspace,
+        should_stop=s.heartbeat,
+        timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+        output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+        isolation=s.isolation,
+        limits=s.limits,
+        toolchain=s.toolchain,
+        guard=guarded,
+    )
+    report = "\n\n".join(
+        f"## `{r['command']}`: {'passed' if r['passed'] else 'FAILED'}\n\n"
+        + done_conditions.fenced(r["output"][-8000:])
+        for r in results
+    )
+    s.store_artifact(
+        f"held-out-checks-session-{s.session.index}-turn-{s.session.turns}.md",
+        ArtifactKind.REPORT,
+        f"# Held-out checks\n\n{report}\n".encode(),
+        "text/markdown",
+    )
+    s.append(
+        *[
+            s.event(
+                EventKind.CHECK_RESULT,
+                {
+                    "command": f"held-out: {r['command']}",
+                    "exit_code": r["exit_code"],
+                    "passed": r["passed"],
+                    "timed_out": r["timed_out"],
+                    "cancelled": r["cancelled"],
+                    "output": "(held out: the output is kept as an artifact for people)",
+                    "at": "finish",
+                    "required": False,
+                    "held_out": True,
+                },
+            )
+            for r in results
+        ]
+    )
+    failed = [r["command"] for r in results if not r["passed"]]
+    if failed:
+        notes.append(
+            f"{len(failed)} of {len(results)} held-out checks failed (checks you do not "
+            "see, run only at finish: fix the behaviour in general, not for the visible "
+            "tests' inputs)."
+        )
+    return not failed

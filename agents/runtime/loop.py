@@ -97,7 +97,7 @@ class Driver:
         self.turns = Turns(s, self.sessions)
         self.finish = Finish(s, self.sessions, self.turns)
         # The ratchet (Finish) runs at handoffs (Sessions), and finishing ends the session.
-        self.sessions.ratchet_with(self.finish.ratchet)
+        self.sessions.ratchet_with(self.finish.ratchet, baseline=self.finish.baseline)
         self.gate = Gate(s, self.sessions)
         self.network = Network(s, s.isolation)
         self.calls = Calls(s, self.gate, self.sessions, self.finish, self.network)

@@ -51,9 +51,19 @@ class Sessions:
         # Runs the checks at a handoff (the ratchet's reading at that checkpoint), or returns
         # them to run beside the next session's start: Finish.ratchet, given by ratchet_with.
         self.ratchet: Callable[[], Callable[[Checkpoint], None] | None] = lambda: None
+        # What the test-suite checks count at the run's start (Finish.baseline): kept on the
+        # start checkpoint, the ratchet's floor (agents/suite_guard.py).
+        self.baseline: Callable[[], dict] | None = None
 
-    def ratchet_with(self, ratchet: Callable[[], Callable[[Checkpoint], None] | None]) -> None:
+    def ratchet_with(
+        self,
+        ratchet: Callable[[], Callable[[Checkpoint], None] | None],
+        *,
+        baseline: Callable[[], dict] | None = None,
+    ) -> None:
+        """Finish's hooks: the ratchet at handoffs, the suite's baseline at the run's start."""
         self.ratchet = ratchet
+        self.baseline = baseline
 
     # --- the session state others change ------------------------------------------------
     def adopt(self, session: Session) -> None:
@@ -161,7 +171,11 @@ class Sessions:
         s.session = session
         if index == 1 and not Checkpoint.objects.filter(run_id=s.run_id).exists():
             kind = CheckpointKind.FORK if run.forked_from_id else CheckpointKind.RUN_START
-            s.checkpoint(kind, "the workspace the run started from")
+            floor = self.baseline() if self.baseline is not None else {}
+            start = s.checkpoint(kind, "the workspace the run started from")
+            if floor:
+                state = {**(start.state or {}), "suite_baseline": floor}
+                Checkpoint.objects.filter(pk=start.pk).update(state=state)
         return session
 
     def _notes_since(self, previous: Session | None) -> list[str]:

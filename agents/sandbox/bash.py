@@ -162,6 +162,7 @@ def _argv(
     limits: Limits,
     egress: EgressProxy | None,
     user_fds: tuple[int, int] | None,
+    writable: Sequence[str] = (),
 ) -> list[str]:
     if isolation == "subprocess":
         return ["/bin/sh", "-c", command]
@@ -174,6 +175,7 @@ def _argv(
         tmp_bytes=limits.tmp_bytes,
         passwd_fd=user_fds[0] if user_fds else None,
         group_fd=user_fds[1] if user_fds else None,
+        writable=writable,
     )
     if egress is None:
         return [*argv, "/bin/sh", "-c", command]
@@ -344,6 +346,7 @@ def run_command(
     limits: Limits | None = None,
     toolchain: Sequence[str] | None = None,
     egress: EgressProxy | None = None,
+    writable: Sequence[str] = (),
 ) -> CommandResult:
     """Run `command` with sh in the workspace and wait for it, at most `timeout` seconds.
 
@@ -351,7 +354,8 @@ def run_command(
     bin folders come first on PATH (default: the base interpreter's prefix). `egress`: a started
     EgressProxy through which HTTP(S) may leave the sandbox; without one a bwrap command has no
     network at all (under "subprocess" there is no network namespace: the command has the host's
-    network, reported as limits["network"] == "host").
+    network, reported as limits["network"] == "host"). `writable`: folders outside the workspace
+    the command may write (a check's report folder).
 
     Every process the command started is killed when the call returns (timeout, `should_stop()`
     turning true, an exception, or a normal exit with children left in the background): the
@@ -412,6 +416,7 @@ def run_command(
                 limits=limits,
                 egress=use_egress,
                 user_fds=user_fds,
+                writable=writable,
             )
             proc = subprocess.Popen(
                 argv,

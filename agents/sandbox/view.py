@@ -142,6 +142,7 @@ def build_view(
     tmp_bytes: int | None = None,
     passwd_fd: int | None = None,
     group_fd: int | None = None,
+    writable: Sequence[str] = (),
 ) -> list[str]:
     """The bwrap argv (up to, not including, the command) that shows a command only what it needs.
 
@@ -149,7 +150,8 @@ def build_view(
     interpreter's prefix). `env`: the command's whole environment (bwrap starts from an empty
     one). `egress_socket_dir`: a folder holding the egress proxy's socket, shown read-only at
     EGRESS_DIR. `passwd_fd`/`group_fd`: readable fds with PASSWD/GROUP (see user_db_fds()); the
-    caller passes them to the child (pass_fds) and closes them after the start.
+    caller passes them to the child (pass_fds) and closes them after the start. `writable`:
+    folders outside the workspace shown read-write at their own path (a check's report folder).
     """
     ws = os.path.realpath(workspace)
     argv = [bwrap]
@@ -196,6 +198,8 @@ def build_view(
         argv += _ro_bind(real, folder)
         if real != folder and not _covered(real):
             argv += _ro_bind(real)
+    for folder in writable:
+        argv += ["--bind", os.path.realpath(folder), folder]
     if egress_socket_dir is not None:
         argv += _ro_bind(os.path.realpath(egress_socket_dir), EGRESS_DIR)
     argv += ["--bind", ws, ws, "--chdir", ws]

@@ -10,9 +10,9 @@ import pytest
 
 from agents import approvals
 from agents.models import Run, RunStatus
-from tests.conftest import call, finish_turn, make_run
 from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
 from tests.e2e.scenes import waiting_demo
+from tests.helpers import call, finish_turn, make_run
 from tests.procs import wait_for
 
 pytestmark = [

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents import inputs
+from agents import held_out, inputs, suite_guard, test_setup
 from agents.management.base import BaseCommand, acting, fail
 from agents.providers.scripted import ScriptError, load_script
 from agents.runspec import RunSpec
@@ -27,7 +27,30 @@ class Command(BaseCommand):
             dest="checks",
             default=[],
             metavar="CMD",
-            help="a done-condition: a shell command that exits 0 when the goal is met (repeatable)",
+            help="a done-condition: a shell command that exits 0 when the goal is met (repeatable); "
+            "with --workspace-from and none given, the project's test suite as its CI runs it",
+        )
+        parser.add_argument(
+            "--held-out",
+            metavar="DIR",
+            help="files the agent never sees (tests, say), written in only for --held-out-check",
+        )
+        parser.add_argument(
+            "--held-out-check",
+            action="append",
+            default=[],
+            metavar="CMD",
+            help="a check run only at finish, with the --held-out files in place (repeatable)",
+        )
+        parser.add_argument(
+            "--no-suite-guard",
+            action="store_true",
+            help="run test-suite checks unguarded and uncounted (see docs/security.md)",
+        )
+        parser.add_argument(
+            "--no-protect-tests",
+            action="store_true",
+            help="with a test-suite check, do not protect the workspace's tests by default",
         )
         parser.add_argument(
             "--provider",
@@ -160,12 +183,36 @@ class Command(BaseCommand):
                 raise fail(str(e)) from None
         if o["tool_policy"]:
             o["tool_policy"] = _policy(o["tool_policy"])
+        held = _held_out(o)
+        setup = None
+        if (
+            o["workspace_from"]
+            and test_setup.is_python_project(o["workspace_from"])
+            and (not o["checks"] or any(suite_guard.suite_kind(c) for c in o["checks"]))
+        ):
+            try:
+                setup = test_setup.detect(o["workspace_from"])
+            except test_setup.SetupProblem as e:
+                raise fail(f"--workspace-from: {e}") from None
+            if not o["checks"]:
+                o["checks"] = [setup.command]
+            if o["environment"] or o["requirements"]:
+                setup = None  # the environment named is used as it is
+            self.stderr.write(setup.describe() if setup else f"check: {o['checks'][0]}")
         if not o["checks"]:
             raise fail(
                 "give at least one --check CMD: the harness runs it to decide when the run is done"
             )
         # The options are named as RunSpec's fields are (agents/runspec.py).
-        spec = RunSpec.build(o, script=script, script_name=o["script"] or "")
+        spec = RunSpec.build(
+            o,
+            script=script,
+            script_name=o["script"] or "",
+            suite_guard=not o["no_suite_guard"],
+            protect_tests=not o["no_protect_tests"],
+            held_out=held,
+            test_setup=setup.as_dict() if setup is not None else None,
+        )
         try:
             run = create_run(spec, created_by=user)
         except RunError as e:
@@ -207,3 +254,17 @@ def _policy(text: str) -> list:
         return inputs.load_json(text, what="--policy")
     except inputs.InputError as e:
         raise fail(str(e)) from None
+
+
+def _held_out(o: dict) -> dict | None:
+    """--held-out DIR and --held-out-check CMD: files and checks the agent never sees."""
+    if not (o["held_out"] or o["held_out_check"]):
+        return None
+    if not o["held_out_check"]:
+        raise fail("--held-out needs at least one --held-out-check CMD to run them")
+    try:
+        if o["held_out"]:
+            return held_out.collect(o["held_out"], o["held_out_check"])
+        return {"files": {}, "checks": o["held_out_check"]}
+    except held_out.HeldOutProblem as e:
+        raise fail(f"--held-out: {e}") from None
