@@ -634,6 +634,8 @@ class ApprovalStatus(models.TextChoices):
     EXPIRED = "expired"
     # A rewind abandoned the call it asked about: nobody decided it, and nobody can.
     DISCARDED = "discarded"
+    # The agent took the call back before anyone decided (its hook gave up): it never runs.
+    WITHDRAWN = "withdrawn"
 
 
 class ApprovalQuerySet(models.QuerySet):
@@ -676,7 +678,11 @@ class Approval(models.Model):
 
 # External calls, project memory and schedules live in modules of their own (size); importing
 # them here registers their models with the app.
-from agents.external_models import ExternalCall, ExternalCallDecision  # noqa: E402, F401
+from agents.external_models import (  # noqa: E402, F401
+    ExternalCall,
+    ExternalCallDecision,
+    ExternalDriver,
+)
 from agents.fleet_models import FleetChild  # noqa: E402, F401
 from agents.memory_models import ProjectMemory  # noqa: E402, F401
 from agents.schedule_models import (  # noqa: E402, F401

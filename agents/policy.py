@@ -23,10 +23,12 @@ run's rules come first, then the global default from settings.
 from __future__ import annotations
 
 import functools
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agents import schemas, shell
 
@@ -275,7 +277,8 @@ def validate(rules: Any) -> list[dict[str, Any]]:
                 ) from None
         if rule.get("note") is not None and not isinstance(rule["note"], str):
             raise PolicyError(f"rule {i + 1}: note must be a string")
-        rule = {k: v for k, v in rule.items() if v is not None}
+        # Another agent's name for one of our tools ("Bash") is stored as ours ("bash").
+        rule = {k: v for k, v in rule.items() if v is not None} | {"tool": canonical_name(tool)}
         if set(rule) & {"program", "args", "flags", "paths"}:
             rule = _validate_similar(i + 1, rule)
         cleaned.append(rule)
@@ -313,6 +316,152 @@ def _validate_similar(n: int, rule: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+# --- other agents' tools ----------------------------------------------------------------------
+# An external agent (Claude Code, the Agent SDK, a loop of its own) names its tools its own way.
+# Each is read as the tool of ours it acts like before any rule is made or matched, so a rule,
+# an allow-similar rule and the classifier mean the same for `Bash` as for `bash`.
+SHELL_ALIASES = frozenset({"bash", "shell", "run_command", "execute_command", "terminal"})
+WRITE_ALIASES = frozenset({"write", "write_file", "create_file"})
+EDIT_ALIASES = frozenset(
+    {"edit", "edit_file", "multiedit", "multi_edit", "notebookedit", "str_replace_based_edit_tool"}
+)
+READ_ALIASES = frozenset({"read", "read_file", "notebookread", "view"})
+LIST_ALIASES = frozenset({"glob", "grep", "ls", "list_files"})
+FETCH_ALIASES = frozenset({"webfetch", "web_fetch", "fetch"})
+SEARCH_ALIASES = frozenset({"websearch", "web_search"})
+AGENT_ALIASES = frozenset({"agent", "task", "spawn_agent"})
+# Tools that only touch the agent's own bookkeeping: allowed unless a rule says otherwise.
+HARMLESS_TOOLS = frozenset(
+    {"todowrite", "todoread", "toolsearch", "bashoutput", "killshell", "killbash"}
+    | {"exitplanmode", "skill", "listmcpresourcestool", "readmcpresourcetool"}
+)
+AGENT_TOOL = "agent"  # a sub-agent: logged and asked
+NETWORK_TOOL = "network"
+WEB_SEARCH_HOST = "web-search"  # WebSearch, under the network policy as this host
+_ALIASES = (
+    (SHELL_ALIASES, "bash"),
+    (WRITE_ALIASES, "write_file"),
+    (EDIT_ALIASES, "edit_file"),
+    (READ_ALIASES, "read_file"),
+    (LIST_ALIASES, "list_files"),
+    (FETCH_ALIASES | SEARCH_ALIASES, "network"),
+    (AGENT_ALIASES, AGENT_TOOL),
+)
+
+
+def canonical_name(tool: str) -> str:
+    """The name of ours a tool name means ("Bash" → bash, "Write" → write_file); any other
+    name as it is."""
+    low = str(tool).lower()
+    if low in ("network", "*"):
+        return low
+    for names, ours in _ALIASES:
+        if low in names:
+            return ours
+    return tool
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """An external agent's call as the policy reads it: the tool of ours it acts like, its
+    input in our shape, and whether we know what it does (an unknown tool asks)."""
+
+    tool: str
+    input: dict[str, Any]
+    known: bool = True
+    why: str = ""  # an unknown or unreadable call: why it asks
+
+
+def _under_root(path: str, root: str | None) -> str:
+    """A path an agent gave, placed against the workspace: an absolute path under the agent's
+    declared root becomes the relative path inside; any other absolute path stays as it is
+    (outside the workspace)."""
+    if not root or not path.startswith("/"):
+        return path
+    normal = posixpath.normpath(path)
+    if normal == root:
+        return "."
+    if normal.startswith(root.rstrip("/") + "/"):
+        return normal[len(root.rstrip("/")) + 1 :]
+    return normal
+
+
+def agent_call(tool: str, tool_input: dict[str, Any], *, root: str | None = None) -> AgentCall:
+    """Read an external agent's call as ours (see the aliases above). `root` is the folder the
+    agent works in, as the agent sees it: absolute paths under it are paths in the workspace."""
+    name = canonical_name(tool)
+    low = str(tool).lower()
+    if name == "bash":
+        command = tool_input.get("command")
+        if isinstance(command, str):
+            return AgentCall("bash", {"command": command})
+        return AgentCall("bash", {"command": ""}, False, f"{tool} without a command")
+    if name in ("write_file", "edit_file", "read_file", "list_files"):
+        path = next(
+            (
+                tool_input[k]
+                for k in ("file_path", "path", "notebook_path")
+                if isinstance(tool_input.get(k), str)
+            ),
+            None,
+        )
+        if path is None and name == "list_files":
+            path = "."
+        if not isinstance(path, str) or not path:
+            return AgentCall(name, {"path": ""}, False, f"{tool} without a path")
+        return AgentCall(name, {"path": _under_root(path, root)})
+    if name == NETWORK_TOOL:
+        if low in SEARCH_ALIASES:
+            return AgentCall(NETWORK_TOOL, {"host": WEB_SEARCH_HOST, "port": 443})
+        url = tool_input.get("url")
+        try:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            host, port = (parts.hostname, parts.port) if parts else (None, None)
+        except ValueError:
+            host = port = None
+        if not host:
+            return AgentCall(NETWORK_TOOL, {"host": "", "port": ""}, False, f"{tool} without a URL")
+        port = port or (80 if parts.scheme == "http" else 443)
+        return AgentCall(NETWORK_TOOL, {"host": host.lower(), "port": port})
+    if name == AGENT_TOOL:
+        return AgentCall(AGENT_TOOL, dict(tool_input), False, "it starts a sub-agent")
+    if low in HARMLESS_TOOLS:
+        return AgentCall(tool, dict(tool_input))
+    return AgentCall(tool, dict(tool_input), False, f"{tool} is a tool Shiftlog does not know")
+
+
+def outside(call: AgentCall) -> bool:
+    """A file tool's path that is outside the workspace (absolute, or leading out of it)."""
+    if call.tool not in PATH_TOOLS:
+        return False
+    path = posixpath.normpath(str(call.input.get("path", "")) or ".")
+    return path.startswith("/") or path == ".." or path.startswith("../")
+
+
+def decide_agent(
+    rules: list[dict[str, Any]],
+    call: AgentCall,
+    *,
+    root: str | None = None,
+    workspace: Path | str | None = None,
+) -> Decision:
+    """The decision on an external agent's call: the rules, then the classifier for bash (with
+    the agent's root as its workspace), then: a file outside the workspace asks, a connection
+    new to the run asks, a sub-agent or an unknown tool asks; anything else is allowed."""
+    decision = decide(rules, call.tool, call.input, workspace=root or workspace)
+    if decision.rule is not None or decision.action != "allow":
+        return decision
+    if call.tool == NETWORK_TOOL:
+        target = network_target(str(call.input.get("host", "")), call.input.get("port", ""))
+        return Decision("ask", f"a connection to {target} is new to this run")
+    if outside(call):
+        verb = "reads" if call.tool in ("read_file", "list_files") else "writes"
+        return Decision("ask", f"{verb} outside the workspace ({call.input['path']})")
+    if not call.known:
+        return Decision("ask", f"no rule matched and {call.why}")
+    return decision
+
+
 def subject(tool: str, tool_input: dict[str, Any]) -> str:
     """The text a rule's pattern is matched against."""
     if tool == "bash":
@@ -335,10 +484,13 @@ def decide(
 
     `workspace` is the run's workspace folder: absolute paths inside it count as inside, and
     symbolic links in it are followed. Without it, every absolute path counts as outside."""
+    if canonical_name(tool) != tool:  # another agent's name for one of our tools
+        call = agent_call(tool, tool_input)
+        tool, tool_input = call.tool, call.input
     text = subject(tool, tool_input)
     script = shell.parse(text, workspace=workspace) if tool == "bash" else None
     for rule in rules:
-        if rule["tool"] not in (tool, "*"):
+        if canonical_name(rule["tool"]) not in (tool, "*"):
             continue
         similar = _as_similar(rule)
         if similar is not None:
@@ -450,7 +602,9 @@ NESTED_SUBCOMMANDS = frozenset(
 )
 
 
-def similar_rule(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+def similar_rule(
+    tool: str, tool_input: dict[str, Any], *, root: str | None = None
+) -> dict[str, Any]:
     """An allow rule for calls like this one, with its `note` saying what it allows in words.
 
     bash: a command that is one plain simple command gets an allow-similar rule: the same
@@ -460,7 +614,14 @@ def similar_rule(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
     (several commands, a redirection, a substitution, a variable, sudo) is allowed again only
     exactly as it was: `python3 x && rm -rf /` is not "similar" to `python3 x`; and while it
     cannot be read plainly not even that (see `decide`). File tools: the same folder.
+
+    Another agent's tool ("Bash", "Write" with an absolute path under its `root`) is read as
+    ours first, so the rule is exactly as narrow as for ours.
     """
+    if canonical_name(tool) != tool or root:
+        call = agent_call(tool, tool_input, root=root)
+        if call.tool != tool:
+            return similar_rule(call.tool, call.input)
     if tool == "bash":
         command = str(tool_input.get("command", "")).strip()
         rule = _similar_bash(command)
@@ -596,7 +757,6 @@ def _legacy_similar(pattern: str) -> dict[str, Any] | None:
 # (agents/sandbox/egress.py), which asks here about every connection: rules of tool "network"
 # whose pattern is searched in "host:port" (`--allow-host` writes them), then a new host asks a
 # person, like a risky tool call.
-NETWORK_TOOL = "network"
 _HOST = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"
 )
@@ -636,7 +796,7 @@ def decide_network(rules: list[dict[str, Any]], host: str, port: int) -> Decisio
     "network" (or "*") that matches "host:port", else ask a person."""
     target = network_target(host, port)
     for rule in rules:
-        if rule["tool"] not in (NETWORK_TOOL, "*") or "program" in rule:
+        if canonical_name(rule["tool"]) not in (NETWORK_TOOL, "*") or "program" in rule:
             continue
         pattern = rule.get("pattern")
         if pattern is None or re.search(pattern, target):

@@ -10,6 +10,8 @@ and budgets are those of any run. A worker never claims an external run (`leases
 
 from __future__ import annotations
 
+import posixpath
+import re
 import shutil
 import tarfile
 import tempfile
@@ -22,23 +24,28 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from agents import inputs, leases, sandbox, workspaces
+from agents import approvals, eventlog, inputs, isolation, leases, policy, sandbox, workspaces
 from agents.fleet_spawn import SpawnError
 from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,
+    Approval,
     ApprovalStatus,
     CheckpointKind,
     Event,
     EventKind,
     ExternalCall,
     ExternalCallDecision,
+    ExternalDriver,
     FleetChild,
     Run,
     RunStatus,
 )
+from agents.protected_paths import protected_decision
 from agents.providers import pricing
 from agents.providers.base import Turn, Usage
 from agents.runtime.budgets import Budgets
@@ -52,11 +59,8 @@ from agents.runtime.turns import Turns
 
 # How long a call waits for the lease another call of the same agent holds.
 LEASE_WAIT_SECONDS = 10.0
-# An external agent's tools, as our policy and risk classifier know them.
-SHELL_TOOLS = frozenset({"bash", "shell", "run_command", "execute_command", "terminal"})
-FILE_TOOLS = frozenset(
-    {"write", "write_file", "edit", "multiedit", "create_file", "str_replace_based_edit_tool"}
-)
+# An agent's id: what it calls itself (the Shiftlog-Agent header), else its token's.
+AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}")
 
 
 class ExternalError(ValueError):
@@ -77,9 +81,101 @@ class Harness:
     gate: Gate
 
 
-def touch(run_id: int) -> None:
-    """The agent called: it is alive."""
-    Run.objects.filter(pk=run_id).update(last_contact_at=timezone.now())
+def touch(run_id: int, agent: str | None = None) -> None:
+    """The agent called: it is alive. One agent drives a run at a time (`agent`, when given,
+    must be its driver, or the driver must have been silent for the run's heartbeat window).
+    Its working time counts as the run's wall time: the time since its last call while the run
+    was running (at most one heartbeat window: a silent agent is not working)."""
+    now = timezone.now()
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return
+    if agent is not None:
+        _drive_as(run, agent, now)
+    gap = 0.0
+    if run.status == RunStatus.RUNNING and run.last_contact_at is not None:
+        gap = max(0.0, min((now - run.last_contact_at).total_seconds(), run.heartbeat_window))
+    Run.objects.filter(pk=run_id).update(
+        last_contact_at=now, active_seconds=F("active_seconds") + gap
+    )
+
+
+def _drive_as(run: Run, agent: str, now) -> None:
+    driver, _ = ExternalDriver.objects.get_or_create(
+        run_id=run.pk, defaults={"agent": agent, "seen_branch_seq": run.branch_seq}
+    )
+    if driver.agent == agent:
+        return
+    silent = run.silent_seconds(now)
+    if silent <= run.heartbeat_window or not ExternalDriver.objects.filter(
+        run_id=run.pk, agent=driver.agent
+    ).update(agent=agent, since=now):
+        raise ExternalError(
+            f"run {run.pk} is driven by agent {driver.agent!r} (its last call {silent:.0f} s "
+            f"ago): one agent drives a run at a time; it is free once that agent has been "
+            f"silent for {run.heartbeat_window} s"
+        )
+
+
+def agent_id(header: str | None, token_id: Any) -> str:
+    """The agent's stable id in the log: the Shiftlog-Agent header, else its token's."""
+    if header:
+        if not AGENT_ID.fullmatch(header):
+            raise ExternalError(
+                "the Shiftlog-Agent header must be 1 to 100 letters, digits or ._:@+- "
+                "(starting with a letter or digit)",
+                422,
+            )
+        return header
+    return f"token-{token_id}" if token_id is not None else "agent"
+
+
+def valid_root(root: Any) -> str | None:
+    """The agent's folder as it sees it: an absolute, normal path other than /."""
+    if root in (None, ""):
+        return None
+    if (
+        not isinstance(root, str)
+        or not root.startswith("/")
+        or "\0" in root
+        or len(root) > 1000
+        or posixpath.normpath(root) != root.rstrip("/")
+        or root.rstrip("/") == ""
+    ):
+        raise ExternalError(
+            "root must be the agent's folder as an absolute, normal path (not /)", 422
+        )
+    return root.rstrip("/")
+
+
+def rewound(run_id: int) -> dict[str, Any] | None:
+    """A rewind its agent has not been told of yet (it reads its context again to take it in):
+    the checkpoint's number, who rewound it, and their note."""
+    run = Run.objects.filter(pk=run_id).values("branch_seq").first()
+    seen = (
+        ExternalDriver.objects.filter(run_id=run_id).values_list("seen_branch_seq", flat=True)
+    ).first()
+    if run is None or seen is None or run["branch_seq"] <= seen:
+        return None
+    event = Event.objects.filter(
+        run_id=run_id, seq=run["branch_seq"], kind=EventKind.RUN_REWOUND
+    ).first()
+    if event is None:
+        return None
+    return {
+        "checkpoint": event.payload.get("number"),
+        "by": event.actor,
+        "note": event.payload.get("note", ""),
+    }
+
+
+def rewind_reason(rewind: dict[str, Any]) -> str:
+    note = f" ({rewind['note']})" if rewind.get("note") else ""
+    return (
+        f"the run was rewound to checkpoint {rewind['checkpoint']} by {rewind['by']}{note}: "
+        "what was done since is undone. Restore the workspace from that checkpoint and read "
+        "the run's context again before going on"
+    )
 
 
 def _external(run_id: int) -> Run:
@@ -95,12 +191,12 @@ def _external(run_id: int) -> Run:
 
 
 @contextmanager
-def _driving(run_id: int, actor: str) -> Iterator[Harness]:
+def _driving(run_id: int, actor: str, agent: str = "agent") -> Iterator[Harness]:
     """Do one call of the agent as a worker does one step: under the run's lease, with the
     session open. Raises ExternalError when the run is in no state to be driven."""
     run = _external(run_id)
-    touch(run_id)
-    owner = f"external:{actor}:{uuid.uuid4().hex[:8]}"
+    touch(run_id, agent)
+    owner = f"external:{actor}:{agent}"
     deadline = time.monotonic() + LEASE_WAIT_SECONDS
     while not leases.claim(run_id, owner, external=True):
         run.refresh_from_db()
@@ -141,7 +237,9 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
         leases.release(run_id, owner)
 
 
-def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str, Any]:
+def spawn(
+    run_id: int, *, actor: str, agent: str = "agent", call_id: str, tool_input: Any
+) -> dict[str, Any]:
     """The agent's spawn_runs: children started from its latest upload (a checkpoint first), the
     run waiting for them. Asked again with the same call_id, the same children come back."""
     try:
@@ -150,7 +248,7 @@ def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str
         raise ExternalError(str(e), 422) from None
     done = FleetChild.objects.filter(parent_id=run_id, tool_use_id=call_id)
     if not done.exists():
-        with _driving(run_id, actor) as h:
+        with _driving(run_id, actor, agent) as h:
             try:
                 Fleet(h.s, h.gate).start_children(call_id, tool_input)
             except SpawnError as e:
@@ -161,14 +259,16 @@ def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str
     }
 
 
-def merge(run_id: int, *, actor: str, runs: list[int] | None) -> dict[str, Any]:
+def merge(
+    run_id: int, *, actor: str, agent: str = "agent", runs: list[int] | None
+) -> dict[str, Any]:
     """The agent's merge_children, done as Shiftlog's own agent's is (a tool.call, the merge with
     a checkpoint before and after, its result); the merged workspace is the run's latest
     checkpoint, for the agent to download. A conflict a person decides leaves the run awaiting
     approval; the decision is applied at the agent's next call."""
     tool_input = {} if runs is None else {"runs": runs}
     block = {"id": f"ext_merge_{uuid.uuid4().hex[:16]}", "name": "merge_children"}
-    with _driving(run_id, actor) as h:
+    with _driving(run_id, actor, agent) as h:
         called = h.s.append(call_event(h.s, block, tool_input)).events[0].seq
         with suppress(SliceOver):  # a person decides a conflict: the run waits
             Fleet(h.s, h.gate).merge(block, tool_input)
@@ -190,13 +290,19 @@ def status_of(run_id: int) -> str:
 
 
 # --- the session ----------------------------------------------------------------------------
-def context(run_id: int, *, actor: str) -> dict[str, Any]:
+def context(run_id: int, *, actor: str, agent: str = "agent") -> dict[str, Any]:
     """What the agent starts (or restarts) from: the session's first message and what people
     and the harness said since (after a fleet's children ended: how each did)."""
-    with _driving(run_id, actor) as h:
+    told = rewound(run_id)
+    with _driving(run_id, actor, agent) as h:
         with suppress(SliceOver):  # resumed before its children ended: it waits again
             Fleet(h.s, h.gate).at_start()
-        return _context(h)
+        answer = _context(h)
+    # Read from the rewound state: the agent has taken the rewind in.
+    ExternalDriver.objects.filter(run_id=run_id).update(
+        seen_branch_seq=Run.objects.filter(pk=run_id).values_list("branch_seq", flat=True)[0]
+    )
+    return {**answer, "rewound": told}
 
 
 def _context(h: Harness) -> dict[str, Any]:
@@ -227,9 +333,9 @@ def _context(h: Harness) -> dict[str, Any]:
     }
 
 
-def heartbeat(run_id: int) -> str:
+def heartbeat(run_id: int, agent: str = "agent") -> str:
     _external(run_id)
-    touch(run_id)
+    touch(run_id, agent)
     return status_of(run_id)
 
 
@@ -237,6 +343,7 @@ def turn(
     run_id: int,
     *,
     actor: str,
+    agent: str = "agent",
     text: str,
     model: str,
     usage: Usage,
@@ -244,7 +351,7 @@ def turn(
     """A model turn of the agent, with its usage: it counts against the run's budgets; past a
     cap the run pauses, and the answer says so."""
     priced = pricing.cost(model or _external(run_id).model, usage)
-    with _driving(run_id, actor) as h:
+    with _driving(run_id, actor, agent) as h:
         s = h.s
         if s.run.cost_usd + priced.usd > inputs.MAX_DOLLARS:
             raise ExternalError(
@@ -271,16 +378,19 @@ def turn(
             "run_status": run.status,
             "cost_usd": str(run.cost_usd),
             "handoff_requested": s.conv.handoff_requested,
+            "rewound": rewound(run_id),
         }
 
 
-def hand_off(run_id: int, *, actor: str, handoff: dict[str, Any]) -> dict[str, Any]:
+def hand_off(
+    run_id: int, *, actor: str, agent: str = "agent", handoff: dict[str, Any]
+) -> dict[str, Any]:
     """End the session with the agent's handoff; the next one starts from goal + handoff."""
     try:
         handoff = sandbox.validate_input("handoff", handoff)
     except sandbox.ToolInputError as e:
         raise ExternalError(str(e), 422) from None
-    with _driving(run_id, actor) as h, suppress(SliceOver):
+    with _driving(run_id, actor, agent) as h, suppress(SliceOver):
         h.sessions.hand_off(handoff)
     if status_of(run_id) not in DRIVABLE_STATUSES:
         return {
@@ -289,22 +399,10 @@ def hand_off(run_id: int, *, actor: str, handoff: dict[str, Any]) -> dict[str, A
             "messages": [],
             "run_status": status_of(run_id),
         }
-    return context(run_id, actor=actor)
+    return context(run_id, actor=actor, agent=agent)
 
 
 # --- tool calls -----------------------------------------------------------------------------
-def _as_ours(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The call as the policy knows it: a shell command is `bash`, a file write `write_file`."""
-    name = tool.lower()
-    command = tool_input.get("command")
-    if name in SHELL_TOOLS and isinstance(command, str):
-        return "bash", {"command": command}
-    path = tool_input.get("path", tool_input.get("file_path"))
-    if name in FILE_TOOLS and isinstance(path, str):
-        return "write_file", {"path": path, "content": ""}
-    return tool, tool_input
-
-
 def _answer(call: ExternalCall, decision: str) -> dict[str, Any]:
     approval = call.approval
     # What the agent is told of an approval, as Shiftlog's own agent is: an edit, a comment.
@@ -325,45 +423,109 @@ def _answer(call: ExternalCall, decision: str) -> dict[str, Any]:
         "approval": approval.pk if approval else None,
         "note": note,
         "run_status": status_of(call.run_id),
+        "rewound": rewound(call.run_id),
     }
 
 
-def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str, Any]:
+def _refusal(run_id: int, tool_input: Any, reason: str, status: str) -> dict[str, Any]:
+    return {
+        "id": None,
+        "decision": "deny",
+        "reason": reason,
+        "input": tool_input,
+        "approval": None,
+        "note": "",
+        "run_status": status,
+        "rewound": rewound(run_id),
+    }
+
+
+def _decide(h: Harness, call: policy.AgentCall, root: str | None) -> policy.Decision:
+    """Protected paths first (by either spelling of the path), then the rules and the rest."""
+    s = h.s
+    found = protected_decision(
+        call.tool, call.input, s.workspace, s.run.protected, s.run.protected_action
+    )
+    if found is not None:
+        return found
+    return policy.decide_agent(s.rules, call, root=root, workspace=s.workspace.path)
+
+
+def propose(
+    run_id: int,
+    *,
+    actor: str,
+    agent: str = "agent",
+    tool: str,
+    tool_input: Any,
+    call_id: str | None = None,
+    root: str | None = None,
+) -> dict[str, Any]:
     """The agent is about to run a tool: the run's policy and risk classifier decide, as for
-    Shiftlog's own agent. `ask` puts an approval in the inbox and the run waits (no compute)."""
+    Shiftlog's own agent. `ask` puts an approval in the inbox and the run waits (no compute).
+
+    `call_id` is the agent's own id of the call (Claude Code's tool_use_id): asked again with
+    it (a retried hook), the same call answers, and no second approval is made. `root` is the
+    agent's folder as it sees it: absolute paths under it are paths in the workspace."""
     if not isinstance(tool, str) or not tool.strip() or len(tool) > 100:
         raise ExternalError("tool must be a name of 1 to 100 characters", 422)
     if not isinstance(tool_input, dict):
         raise ExternalError("input must be a JSON object", 422)
-    run = _external(run_id)
-    if run.status not in DRIVABLE_STATUSES:
-        touch(run_id)
-        return {
-            "id": None,
-            "decision": "deny",
-            "reason": f"the run is {run.status.replace('_', ' ')}: {run.status_reason}".rstrip(
-                ": "
-            ),
-            "input": tool_input,
-            "approval": None,
-            "note": "",
-            "run_status": run.status,
-        }
-    block = {"id": f"ext_{uuid.uuid4().hex}", "name": tool, "input": tool_input}
-    with _driving(run_id, actor) as h:
-        s, gate = h.s, h.gate
-        name, as_ours = _as_ours(tool, tool_input)
-        if name != tool:  # a rule may name the agent's own tool ("Bash"): it means ours
-            s.rules = [{**r, "tool": name} if r["tool"] == tool else r for r in s.rules]
-        decision = gate.decide(name, as_ours)
-        call = ExternalCall.objects.create(
-            run_id=run_id,
-            tool_use_id=block["id"],
-            tool=tool,
-            input=tool_input,
-            decision=decision.action,
-            reason=decision.reason,
+    if call_id is not None and not AGENT_ID.fullmatch(call_id):
+        raise ExternalError(
+            "call_id must be 1 to 100 letters, digits or ._:@+- (the agent's id of the call)",
+            422,
         )
+    root = valid_root(root)
+    run = _external(run_id)
+    if call_id is not None:
+        known = (
+            ExternalCall.objects.filter(tool_use_id=call_id)
+            .select_related("approval", "approval__decided_by")
+            .first()
+        )
+        if known is not None:
+            if known.run_id != run_id or known.tool != tool or known.input != tool_input:
+                raise ExternalError(
+                    f"call {call_id} was already proposed with another tool or input"
+                )
+            touch(run_id, agent)
+            return _answer(known, known.decision)
+    if run.status not in DRIVABLE_STATUSES:
+        touch(run_id, agent)
+        return _refusal(
+            run_id,
+            tool_input,
+            f"the run is {run.status.replace('_', ' ')}: {run.status_reason}".rstrip(": "),
+            run.status,
+        )
+    if (rewind := rewound(run_id)) is not None:
+        touch(run_id, agent)
+        return _refusal(run_id, tool_input, rewind_reason(rewind), status_of(run_id))
+    block = {"id": call_id or f"ext_{uuid.uuid4().hex}", "name": tool, "input": tool_input}
+    with _driving(run_id, actor, agent) as h:
+        s, gate = h.s, h.gate
+        try:  # past a budget (its wall time, too) the run pauses and the call does not run
+            h.budgets.check()
+        except SliceOver:
+            run.refresh_from_db()
+            return _refusal(
+                run_id, tool_input, f"the run is paused: {run.status_reason}", run.status
+            )
+        decision = _decide(h, policy.agent_call(tool, tool_input, root=root), root)
+        try:
+            with transaction.atomic():
+                call = ExternalCall.objects.create(
+                    run_id=run_id,
+                    tool_use_id=block["id"],
+                    tool=tool,
+                    input=tool_input,
+                    root=root or "",
+                    decision=decision.action,
+                    reason=decision.reason,
+                )
+        except IntegrityError:
+            raise ExternalError(f"call {call_id} was already proposed; ask again") from None
         gated = GatedCall(block, tool_input, decision=decision)
         try:
             cleared = gate.clear(gated)
@@ -378,6 +540,53 @@ def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str,
         elif cleared is not None:
             _called(h, call, cleared.tool_input)
     return _answer(call, decision.action)
+
+
+def withdraw(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict[str, Any]:
+    """The agent takes a call back (its hook gave up waiting, it was interrupted): a pending
+    approval leaves the inbox, marked withdrawn, and the call can no longer run or be
+    approved. A call that already has its result cannot be withdrawn."""
+    call = _get_call(call_id, run_ids)
+    touch(call.run_id, agent)
+    if call.result_seq is not None:
+        if call.approval is not None and call.approval.status == ApprovalStatus.WITHDRAWN:
+            return _answer(call, "denied")
+        raise ExternalError(f"tool call {call_id} already has its result: it cannot be withdrawn")
+    why = f"withdrawn by its agent ({agent})"
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=call.run_id)
+        if call.approval is not None and call.approval.status == ApprovalStatus.PENDING:
+            if (
+                not Approval.objects.filter(pk=call.approval.pk)
+                .pending()
+                .update(status=ApprovalStatus.WITHDRAWN, decided_at=timezone.now(), comment=why)
+            ):
+                raise ExternalError(f"tool call {call_id} was decided meanwhile; ask again")
+            eventlog.append(
+                call.run_id,
+                EventKind.APPROVAL_DECIDED,
+                approvals.decided_payload(call.approval, ApprovalStatus.WITHDRAWN, why),
+                actor=f"external:{actor}:{agent}",
+                session_id=call.approval.session_id,
+            )
+            approvals.resume_if_all_decided(run, f"external:{actor}:{agent}")
+        # Its tool.result says it never ran; no result can follow.
+        event = eventlog.append(
+            call.run_id,
+            EventKind.TOOL_RESULT,
+            {
+                "tool_use_id": call.tool_use_id,
+                "name": call.tool,
+                "output": f"The call was {why}: it did not run.",
+                "is_error": True,
+                "data": {"withdrawn": True},
+            },
+            session_id=call.approval.session_id if call.approval else None,
+            actor=f"external:{actor}:{agent}",
+        )
+        ExternalCall.objects.filter(pk=call.pk).update(result_seq=event.seq)
+    call = _get_call(call_id, run_ids)
+    return _answer(call, "denied")
 
 
 def _called(h: Harness, call: ExternalCall, tool_input: dict[str, Any]) -> None:
@@ -400,11 +609,11 @@ def _get_call(call_id: str, run_ids) -> ExternalCall:
     return call
 
 
-def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
+def decision(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict[str, Any]:
     """Where a call stands: pending while a person has not decided; once they have, the call is
     cleared (its tool.call recorded, with a person's edit) or its denial recorded."""
     call = _get_call(call_id, run_ids)
-    touch(call.run_id)
+    touch(call.run_id, agent)
     if call.decision != ExternalCallDecision.ASK:
         return _answer(call, call.decision)
     approval = call.approval
@@ -417,7 +626,7 @@ def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
     approved = approval.status == ApprovalStatus.APPROVED
     settled = call.called_seq is not None or call.result_seq is not None
     if not settled and status_of(call.run_id) in DRIVABLE_STATUSES:
-        with _driving(call.run_id, actor) as h:
+        with _driving(call.run_id, actor, agent) as h:
             call = _get_call(call_id, run_ids)
             if call.called_seq is None and call.result_seq is None:
                 block = {"id": call.tool_use_id, "name": call.tool, "input": call.input}
@@ -431,7 +640,9 @@ def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
     return _answer(call, "approved" if approved else "denied")
 
 
-def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) -> dict[str, Any]:
+def result(
+    call_id: str, *, run_ids, actor: str, agent: str = "agent", output: Any, is_error: bool
+) -> dict[str, Any]:
     """What the tool did, once per call, only for a call that was cleared to run."""
     if not isinstance(output, str):
         raise ExternalError("output must be text", 422)
@@ -447,7 +658,7 @@ def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) ->
     limit = settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"]
     if len(output) > limit:
         output = output[:limit] + f"\n[… {len(output) - limit} characters cut]"
-    with _driving(call.run_id, actor) as h:
+    with _driving(call.run_id, actor, agent) as h:
         call = _get_call(call_id, run_ids)
         if call.result_seq is not None:
             raise ExternalError(f"tool call {call_id} already has its result")
@@ -460,20 +671,31 @@ def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) ->
         h.s.record_result(block, sandbox.ToolResult(output=output, is_error=bool(is_error)))
         call.result_seq = h.s.known_seq
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=call.result_seq)
-    return {"seq": call.result_seq, "run_status": status_of(call.run_id)}
+    return {
+        "seq": call.result_seq,
+        "run_status": status_of(call.run_id),
+        "rewound": rewound(call.run_id),
+    }
 
 
 # --- the workspace and finishing --------------------------------------------------------------
-def upload_workspace(run_id: int, *, actor: str, archive: IO[bytes]) -> dict[str, Any]:
-    """The agent's workspace, as a .tar.gz, becomes the run's workspace and a checkpoint."""
-    _external(run_id)
+def upload_workspace(
+    run_id: int, *, actor: str, agent: str = "agent", archive: IO[bytes]
+) -> dict[str, Any]:
+    """The agent's workspace, as a .tar.gz, becomes the run's workspace and a checkpoint. Its
+    files may hold no more than the run's workspace cap (`--max-workspace-mb`), as a worker's
+    workspace may not."""
+    run = _external(run_id)
     cap = settings.SHIFTLOG["API_MAX_UPLOAD_MB"] * 1024 * 1024
+    run_cap = isolation.workspace_cap(run)
+    if run_cap:
+        cap = min(cap, run_cap)
     root = Path(settings.SHIFTLOG["WORKSPACE_ROOT"])
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".upload-{run_id}-", dir=root))
     try:
         _unpack(archive, staging, cap)
-        with _driving(run_id, actor) as h:
+        with _driving(run_id, actor, agent) as h:
             workspace = h.s.run.workspace_path
             old = workspace.with_name(f".{workspace.name}-old-{uuid.uuid4().hex[:8]}")
             if workspace.exists():
@@ -503,7 +725,7 @@ def _unpack(archive: IO[bytes], into: Path, cap: int) -> None:
                     raise ExternalError(f"{member.name}: only files, folders and links", 422)
                 total += member.size
                 if total > cap:
-                    raise ExternalError(f"the workspace is over {cap // (1024 * 1024)} MB", 413)
+                    raise ExternalError(f"the workspace is over {cap / (1024 * 1024):g} MB", 413)
                 members.append(member)
             tar.extractall(into, members=members, filter="data")
     except ExternalError:
@@ -512,7 +734,7 @@ def _unpack(archive: IO[bytes], into: Path, cap: int) -> None:
         raise ExternalError(f"not a usable .tar.gz: {e}", 422) from None
 
 
-def finish(run_id: int, *, actor: str, summary: Any) -> dict[str, Any]:
+def finish(run_id: int, *, actor: str, agent: str = "agent", summary: Any) -> dict[str, Any]:
     """The agent says it is done: the harness runs the checks itself, in its sandbox, on the
     workspace last uploaded. Only passing checks make the run succeed."""
     try:
@@ -520,7 +742,7 @@ def finish(run_id: int, *, actor: str, summary: Any) -> dict[str, Any]:
     except sandbox.ToolInputError as e:
         raise ExternalError(str(e), 422) from None
     block = {"id": f"ext_{uuid.uuid4().hex}", "name": "finish", "input": {"summary": summary}}
-    with _driving(run_id, actor) as h:
+    with _driving(run_id, actor, agent) as h:
         s = h.s
         s.append(call_event(s, block))
         since = s.known_seq
