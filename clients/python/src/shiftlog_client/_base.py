@@ -48,6 +48,7 @@ class Settings:
         max_retry_wait: float,
         reconnect_delay: float,
         max_reconnects: int,
+        agent: str | None = None,
     ) -> None:
         if not token:
             raise ValueError("a token is required (manage.py create_token prints one)")
@@ -58,13 +59,15 @@ class Settings:
         self.max_retry_wait = float(max_retry_wait)
         self.reconnect_delay = float(reconnect_delay)
         self.max_reconnects = int(max_reconnects)
+        # The agent's stable id in the run's log (one agent drives an external run at a time).
+        self.agent = agent
 
     def headers(self) -> dict[str, str]:
         return {
             "Authorization": f"Bearer {self.token}",
             "Accept": "application/json",
             "User-Agent": f"shiftlog-client/{__version__}",
-        }
+        } | ({"Shiftlog-Agent": self.agent} if self.agent else {})
 
     def retry_delay(self, response: httpx.Response, attempt: int) -> float | None:
         """Seconds to wait before retrying a 429 (its Retry-After), or None to give up."""

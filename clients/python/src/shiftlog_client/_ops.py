@@ -278,14 +278,26 @@ def record_turn(
     return Call("POST", path, lambda r: TurnResult.from_json(r.json()), json=body)
 
 
-def request_tool_call(run_id: int, tool: str, input: Any) -> Call[ToolDecision]:
+def request_tool_call(
+    run_id: int, tool: str, input: Any, call_id: str | None = None, root: str | None = None
+) -> Call[ToolDecision]:
     path = f"{PREFIX}/runs/{int(run_id)}/tool-calls"
+    body: dict[str, Any] = {"tool": tool, "input": input}
+    if call_id is not None:
+        body["call_id"] = call_id
+    if root is not None:
+        body["root"] = root
     return Call(
         "POST",
         path,
         lambda r: ToolDecision.from_json(r.json(), fallback_input=input),
-        json={"tool": tool, "input": input},
+        json=body,
     )
+
+
+def withdraw_tool_call(call_id: str) -> Call[ToolDecision]:
+    path = f"{PREFIX}/tool-calls/{call_id}/withdraw"
+    return Call("POST", path, lambda r: ToolDecision.from_json(r.json()), json={})
 
 
 def get_tool_call(call_id: str, wait: float | None, timeout: float) -> Call[ToolDecision]:
