@@ -125,9 +125,17 @@ async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_S
     who = await sync_to_async(_checked_call)(request, call_id)
     who_agent = await sync_to_async(agent)(request)
     deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
+    began = None
     while True:
         answer = await sync_to_async(_decision)(request, call_id, who, who_agent)
-        if answer["decision"] != "pending" or time.monotonic() >= deadline:
+        began = began or answer["run_status"]
+        # Decided, or the run paused, cancelled or rewound meanwhile: the agent hears at once.
+        if (
+            answer["decision"] != "pending"
+            or answer["run_status"] != began
+            or answer.get("rewound")
+            or time.monotonic() >= deadline
+        ):
             return answer
         await asyncio.sleep(POLL_SECONDS)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import approvals
+from agents import approvals, checkpoints, services
 from agents.models import Approval, Event, Run
 from tests.conftest import user_with
 from tests.e2e.helpers import serve_env
@@ -117,74 +117,59 @@ def wait_until(what: str, check, timeout: float, logs: list[Path]):
     raise AssertionError(f"timed out waiting for {what}\n{tails}")
 
 
-def test_claude_code_under_shiftlog(tmp_path, procs):
-    if (why := _why_not()) is not None:
-        pytest.skip(why)
-    user_with("agent")
-    boss = user_with("boss", "decide_approval", "view_run")
-    token = Procs(tmp_path).manage("create_token", "--user", "agent", "--scopes", "read,write")
-    token = token.strip().splitlines()[-1]
+class Stage:
+    """The namespace with a real `manage.py serve` and the scripted fake in it, a repository
+    for Claude Code, and `agent(...)`: shiftlog-claude started there with the agent's token."""
 
-    # Claude Code works in a repository of its own; HOME and TMPDIR are throwaway.
-    play = Path(f"/var/tmp/shiftlog-claude-{os.getpid()}-{tmp_path.name}")
-    repo, home, tmp = play / "repo", play / "home", play / "tmp"
-    for folder in (repo / "build" / "tmp", home, tmp):
-        folder.mkdir(parents=True)
-    (repo / "build" / "keep.txt").write_text("kept\n")
-    (repo / "build" / "tmp" / "junk.o").write_text("junk\n")
-    (repo / "README.md").write_text("# a project\n")
-    # A repository setting that would switch the hooks off: --setting-sources user ignores it.
-    (repo / ".claude").mkdir()
-    (repo / ".claude" / "settings.json").write_text(json.dumps({"disableAllHooks": True}))
-    script = play / "script.json"
-    script.write_text(
-        json.dumps(
-            [
-                [text("Cleaning up first."), tool_use("toolu_01", "Bash", command="rm -rf build")],
-                [tool_use("toolu_02", "Write", file_path=f"{repo}/tests/test_a.py", content="x")],
-                [tool_use("toolu_03", "Write", file_path=f"{repo}/done.txt", content="no\n")],
-                [text("Done: done.txt is written.")],
-                [tool_use("toolu_04", "Write", file_path=f"{repo}/done.txt", content="yes\n")],
-                [text("Fixed: done.txt says yes.")],
-            ]
-        )
-    )
-    logs = [tmp_path / "serve.log", play / "claude.log"]
-    try:
-        ns = Namespace(procs)
+    def __init__(self, tmp_path: Path, procs: list[subprocess.Popen], steps) -> None:
+        user_with("agent")
+        self.boss = user_with("boss", "decide_approval", "view_run", "control_run")
+        out = Procs(tmp_path).manage("create_token", "--user", "agent", "--scopes", "read,write")
+        self.token = out.strip().splitlines()[-1]
+        # Claude Code works in a repository of its own; HOME and TMPDIR are throwaway.
+        self.play = Path(f"/var/tmp/shiftlog-claude-{os.getpid()}-{tmp_path.name}")
+        self.repo, home, tmp = self.play / "repo", self.play / "home", self.play / "tmp"
+        for folder in (self.repo / "build" / "tmp", home, tmp):
+            folder.mkdir(parents=True)
+        (self.repo / "build" / "keep.txt").write_text("kept\n")
+        (self.repo / "build" / "tmp" / "junk.o").write_text("junk\n")
+        (self.repo / "README.md").write_text("# a project\n")
+        # A repository setting that would switch the hooks off: --setting-sources user
+        # ignores it.
+        (self.repo / ".claude").mkdir()
+        (self.repo / ".claude" / "settings.json").write_text(json.dumps({"disableAllHooks": True}))
+        self.script = self.play / "script.json"
+        self.script.write_text(json.dumps(steps(self.repo)))
+        self.logs = [tmp_path / "serve.log", self.play / "claude.log"]
+        self.ns = Namespace(procs)
         port = free_port()
-        serve_log = logs[0].open("w")
-        ns.start(
+        self.ns.start(
             [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "2"],
             env=serve_env(tmp_path),
             cwd=BASE_DIR,
-            stdout=serve_log,
+            stdout=self.logs[0].open("w"),
             stderr=subprocess.STDOUT,
         )
-        port_file = play / "fake.port"
-        ns.start(
-            [
-                sys.executable,
-                str(BASE_DIR / "tests" / "claude_play.py"),
-                str(script),
-                str(port_file),
-            ],
-            cwd=BASE_DIR,
-        )
+        port_file = self.play / "fake.port"
+        play = BASE_DIR / "tests" / "claude_play.py"
+        self.ns.start([sys.executable, str(play), str(self.script), str(port_file)], cwd=BASE_DIR)
         base = f"http://127.0.0.1:{port}"
         probe = f"import urllib.request as u; u.urlopen('{base}/accounts/login/', timeout=2)"
-        wait_until(
+        self.wait(
             "the server",
-            lambda: ns.run([sys.executable, "-c", probe]).returncode == 0 and port_file.exists(),
+            lambda: (
+                self.ns.run([sys.executable, "-c", probe]).returncode == 0 and port_file.exists()
+            ),
             60,
-            logs,
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
-        env.update(
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))
+        }
+        self.env.update(
             {
                 "PYTHONPATH": str(CLIENT_SRC),
                 "SHIFTLOG_URL": base,
-                "SHIFTLOG_TOKEN": token,
+                "SHIFTLOG_TOKEN": self.token,
                 "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port_file.read_text()}",
                 "ANTHROPIC_API_KEY": "sk-ant-test-not-a-key",
                 "HOME": str(home),
@@ -192,49 +177,86 @@ def test_claude_code_under_shiftlog(tmp_path, procs):
                 **QUIET,
             }
         )
-        agent_log = logs[1].open("w")
-        agent = ns.start(
+
+    def agent(self, *args: str) -> subprocess.Popen:
+        return self.ns.start(
             [
                 sys.executable,
                 "-m",
                 "shiftlog_client.claude",
-                "--goal",
-                "Write done.txt saying yes",
-                *[a for c in CHECKS for a in ("--check", c)],
-                "--protect",
-                "tests/",
                 "--agent",
                 "claude-e2e",
                 "--claude",
                 str(CLAUDE),
                 "--dir",
-                str(repo),
+                str(self.repo),
+                *args,
             ],
-            env=env,
-            cwd=repo,
-            stdout=agent_log,
+            env=self.env,
+            cwd=self.repo,
+            stdout=self.logs[1].open("a"),
             stderr=subprocess.STDOUT,
         )
 
-        # A person edits the risky call before approving it.
-        waiting = wait_until(
-            "the approval", lambda: Approval.objects.filter(status="pending").first(), 120, logs
+    def wait(self, what: str, check, timeout: float):
+        return wait_until(what, check, timeout, self.logs)
+
+    def pending(self):
+        return self.wait(
+            "an approval", lambda: Approval.objects.filter(status="pending").first(), 120
         )
-        assert waiting.tool_name == "Bash" and waiting.tool_input["command"] == "rm -rf build"
-        approvals.decide(
-            waiting.pk,
-            user=boss,
-            approve=True,
-            edited_input={**waiting.tool_input, "command": "rm -rf build/tmp"},
-            comment="keep build/keep.txt",
+
+    def requests(self) -> list[dict]:
+        log = self.script.with_suffix(".requests.jsonl")
+        return [json.loads(line) for line in log.open()]
+
+    def said(self) -> str:
+        """Everything Claude Code sent in its main loop's requests."""
+        return "\n".join(
+            json.dumps([r.get("system"), r.get("messages", [])])
+            for r in self.requests()
+            if r.get("tools")
         )
-        code = agent.wait(timeout=180)
-        assert code == 0, logs[1].read_text()[-5000:]
-    finally:
-        tails = {p.name: p.read_text()[-4000:] for p in logs if p.exists()}
+
+    def tail(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in self.logs if p.exists())
+
+    def close(self) -> None:
+        shutil.rmtree(self.play, ignore_errors=True)
+
+
+def test_claude_code_under_shiftlog(tmp_path, procs):
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+
+    def steps(repo: Path) -> list:
+        return [
+            [text("Cleaning up first."), tool_use("toolu_01", "Bash", command="rm -rf build")],
+            [tool_use("toolu_02", "Write", file_path=f"{repo}/tests/test_a.py", content="x")],
+            [tool_use("toolu_03", "Write", file_path=f"{repo}/done.txt", content="no\n")],
+            [text("Done: done.txt is written.")],
+            [tool_use("toolu_04", "Write", file_path=f"{repo}/done.txt", content="yes\n")],
+            [text("Fixed: done.txt says yes.")],
+        ]
+
+    stage = Stage(tmp_path, procs, steps)
+    repo = stage.repo
+    args = [a for c in CHECKS for a in ("--check", c)]
+    agent = stage.agent("--goal", "Write done.txt saying yes", *args, "--protect", "tests/")
+    # A person edits the risky call before approving it.
+    waiting = stage.pending()
+    assert waiting.tool_name == "Bash" and waiting.tool_input["command"] == "rm -rf build"
+    approvals.decide(
+        waiting.pk,
+        user=stage.boss,
+        approve=True,
+        edited_input={**waiting.tool_input, "command": "rm -rf build/tmp"},
+        comment="keep build/keep.txt",
+    )
+    assert agent.wait(timeout=180) == 0, stage.tail()
 
     run = Run.objects.get()
-    assert run.status == "succeeded", (run.status, run.status_reason, tails)
+    assert run.status == "succeeded", (run.status, run.status_reason, stage.tail())
     assert run.is_external and run.turns >= 6 and run.input_tokens >= 6000, run.__dict__
     # The edited call ran as edited.
     assert (repo / "build" / "keep.txt").exists() and not (repo / "build" / "tmp").exists()
@@ -248,11 +270,69 @@ def test_claude_code_under_shiftlog(tmp_path, procs):
     checks = [p["passed"] for k, p in events if k == "check.result"]
     assert False in checks and checks[-2:] == [True, True], checks
     # What Claude Code read: the person's edit, the refusal, the failing checks.
-    requests = [json.loads(line) for line in script.with_suffix(".requests.jsonl").open()]
-    said = "\n".join(json.dumps(r.get("messages", [])) for r in requests if r.get("tools"))
+    said = stage.said()
     assert "edited this call" in said and "keep build/keep.txt" in said
     assert "is protected" in said
     assert "do not pass yet" in said and "grep -qx yes done.txt" in said
     # The agent's token never reached Claude Code's requests or its tools' environment.
-    assert token not in said
-    shutil.rmtree(play, ignore_errors=True)
+    assert stage.token not in said
+    stage.close()
+
+
+def test_a_rewind_a_pause_and_a_handoff_with_claude_code(tmp_path, procs):
+    """A rewind while the agent waits ends its session, restores the local files and the next
+    session is told; a pause while it waits ends the session (the call is withdrawn); attached
+    again after the resume, a context window that ends hands off to a session that starts from
+    the handoff; the harness's checks end the run."""
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+
+    def steps(repo: Path) -> list:
+        return [
+            [tool_use("toolu_11", "Write", file_path=f"{repo}/notes.txt", content="one\n")],
+            [tool_use("toolu_12", "Bash", command="rm -rf build")],  # waits: rewound
+            [tool_use("toolu_13", "Bash", command="rm -rf build")],  # waits: paused
+            [tool_use("toolu_14", "Write", file_path=f"{repo}/done.txt", content="no\n")],
+            [tool_use("toolu_15", "Write", file_path=f"{repo}/more.txt", content="x\n")],
+            [tool_use("toolu_16", "Write", file_path=f"{repo}/done.txt", content="yes\n")],
+            [text("Done.")],
+        ]
+
+    stage = Stage(tmp_path, procs, steps)
+    repo = stage.repo
+    args = [a for c in CHECKS for a in ("--check", c)]
+    agent = stage.agent("--goal", "Write done.txt saying yes", *args)
+    first = stage.pending()
+    run = Run.objects.get()
+    assert (repo / "notes.txt").exists()
+    start = run.checkpoints.filter(kind="upload").order_by("number").first()
+    checkpoints.rewind(run.pk, start.pk, actor="user:boss", note="start again, keep build")
+    second = stage.wait(
+        "the next session's call",
+        lambda: Approval.objects.filter(status="pending").exclude(pk=first.pk).first(),
+        120,
+    )
+    assert Approval.objects.get(pk=first.pk).status == "discarded"
+    # The local folder is the checkpoint's again, and the new session was told.
+    assert not (repo / "notes.txt").exists() and (repo / "build" / "tmp" / "junk.o").exists()
+    assert f"rewind to checkpoint {start.number}) start again, keep build" in stage.said()
+
+    services.pause_run(run.pk, actor="user:boss", reason="lunch")
+    assert agent.wait(timeout=120) == 1, stage.tail()
+    assert Approval.objects.get(pk=second.pk).status == "withdrawn"
+    assert "is paused (lunch)" in stage.logs[1].read_text()
+    assert Run.objects.get().status == "paused"
+
+    services.resume_run(run.pk, actor="user:boss")
+    again = stage.agent("--run", str(run.pk), "--", "--max-turns", "2")
+    assert again.wait(timeout=180) == 0, stage.tail()
+    run = Run.objects.get()
+    assert run.status == "succeeded", (run.status, run.status_reason, stage.tail())
+    sessions = list(run.sessions.order_by("index").values_list("index", "end_reason"))
+    assert len(sessions) >= 3, sessions
+    handoffs = Event.objects.filter(run=run, kind="session.started").order_by("seq")
+    assert "the session ended before the checks passed" in json.dumps(
+        handoffs.last().payload
+    ) or any("handoff" in json.dumps(p) for p in handoffs.values_list("payload", flat=True))
+    assert (repo / "done.txt").read_text() == "yes\n"
+    stage.close()

@@ -29,10 +29,13 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -76,8 +79,26 @@ def _client(state: dict[str, Any]) -> Client:
 
 
 # --- the hooks ----------------------------------------------------------------------------------
-def _stop(reason: str) -> dict[str, Any]:
+def _stop(reason: str, state: dict[str, Any] | None = None, **flags: Any) -> dict[str, Any]:
+    """End the session: `continue: false` (and, from PreToolUse, a denial: the call never
+    runs). The driver also ends Claude Code when it sees the reason in the state file, so the
+    session ends even where Claude Code goes on after `continue: false`."""
+    if state is not None:
+        with State(Path(state["_path"])).locked() as data:
+            data["stop"] = reason
+            data.update(flags)
     return {"continue": False, "stopReason": reason, "systemMessage": reason}
+
+
+def _stop_call(reason: str, state: dict[str, Any], **flags: Any) -> dict[str, Any]:
+    return {
+        **_stop(reason, state, **flags),
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        },
+    }
 
 
 def _why_stopped(status: str, reason: str = "") -> str:
@@ -94,14 +115,20 @@ def _pre_tool(client: Client, state: dict[str, Any], event: dict[str, Any]) -> d
         root=state["root"],
     )
     while decision.pending:
+        if decision.run_status in STOPPED:
+            # Paused or cancelled while a person had not decided: the call is taken back (it
+            # leaves the inbox) and the session ends; a new one starts when the run resumes.
+            with contextlib.suppress(ShiftlogError):
+                client.withdraw_tool_call(decision.id)
+            return _stop_call(_why_stopped(decision.run_status), state)
         client.heartbeat(run_id)
         decision = client.get_tool_call(decision.id, wait=POLL_WAIT)
     if decision.rewound:
-        with State(Path(state["_path"])).locked() as data:
-            data["rewound"] = True
-        return _stop(
+        return _stop_call(
             f"Shiftlog: the run was rewound to checkpoint {decision.rewound.get('checkpoint')} "
-            f"by {decision.rewound.get('by')}; the session ends and the next starts from there"
+            f"by {decision.rewound.get('by')}; the session ends and the next starts from there",
+            state,
+            rewound=True,
         )
     if decision.allowed:
         out: dict[str, Any] = {"hookEventName": "PreToolUse", "permissionDecision": "allow"}
@@ -113,7 +140,7 @@ def _pre_tool(client: Client, state: dict[str, Any], event: dict[str, Any]) -> d
         out["permissionDecisionReason"] = decision.reason or "allowed by Shiftlog"
         return {"hookSpecificOutput": out}
     if decision.run_status in STOPPED:  # paused, cancelled, a budget: the session ends
-        return _stop(_why_stopped(decision.run_status, decision.reason))
+        return _stop_call(_why_stopped(decision.run_status, decision.reason), state)
     return {
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
@@ -170,15 +197,19 @@ def _sync_usage(client: Client, state_file: State, transcript: str | None) -> st
             text = "\n".join(
                 b.get("text", "") for b in message["content"] if b.get("type") == "text"
             ).strip()
-            turn = client.record_turn(
-                state["run"],
-                text=text[:200_000],
-                model=str(message.get("model") or ""),
-                input_tokens=int(usage.get("input_tokens") or 0),
-                output_tokens=int(usage.get("output_tokens") or 0),
-                cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-                cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
-            )
+            try:
+                turn = client.record_turn(
+                    state["run"],
+                    text=text[:200_000],
+                    model=str(message.get("model") or ""),
+                    input_tokens=int(usage.get("input_tokens") or 0),
+                    output_tokens=int(usage.get("output_tokens") or 0),
+                    cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+                    cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+                )
+            except ShiftlogError as e:  # paused or rewound meanwhile: posted when it can be
+                print(f"shiftlog-claude: a turn was not recorded: {e}", file=sys.stderr)
+                break
             status = turn.run_status
             posted.add(message_id)
         state["posted"] = sorted(posted)
@@ -195,7 +226,7 @@ def _on_stop(client: Client, state: dict[str, Any], event: dict[str, Any]) -> di
     if result.passed:
         return {"systemMessage": "Shiftlog: the harness's checks pass; the run succeeded"}
     if result.run_status in STOPPED:
-        return _stop(_why_stopped(result.run_status))
+        return _stop(_why_stopped(result.run_status), state)
     failing = [c for c in result.checks if not c.passed]
     lines = [
         f"- `{c.command}` failed (exit {c.exit_code}): {str(c.output or '')[-1500:]}"
@@ -221,11 +252,11 @@ def hook(state_path: str) -> int:
             elif name in ("PostToolUse", "PostToolUseFailure"):
                 status = _post_tool(client, state, event, name == "PostToolUseFailure")
                 status = _sync_usage(client, state_file, event.get("transcript_path")) or status
-                answer = _stop(_why_stopped(status)) if status in STOPPED else {}
+                answer = _stop(_why_stopped(status), state) if status in STOPPED else {}
             elif name == "Stop":
                 status = _sync_usage(client, state_file, event.get("transcript_path"))
                 answer = (
-                    _stop(_why_stopped(status))
+                    _stop(_why_stopped(status), state)
                     if status in STOPPED
                     else _on_stop(client, state, event)
                 )
@@ -344,6 +375,24 @@ def drive(args: argparse.Namespace) -> int:
             shutil.rmtree(private, ignore_errors=True)
 
 
+def _watch(proc: subprocess.Popen, state: State) -> str:
+    """Wait for Claude Code; end it when a hook said the session is over (a pause, a cancel,
+    a rewind). Its output (the `-p` result as JSON)."""
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    stopped_at = None
+    while proc.poll() is None:
+        time.sleep(0.2)
+        if stopped_at is None and state.read().get("stop"):
+            stopped_at = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+        elif stopped_at is not None and time.monotonic() - stopped_at > 10:
+            proc.kill()
+    reader.join(timeout=5)
+    return "".join(chunks)
+
+
 def _sessions(
     client: Client,
     args: argparse.Namespace,
@@ -361,7 +410,9 @@ def _sessions(
         if context.run_status in STOPPED:
             break
         print(f"shiftlog-claude: session {context.session}", file=sys.stderr, flush=True)
-        proc = subprocess.run(
+        with state.locked() as data:
+            data.pop("stop", None)
+        proc = subprocess.Popen(
             [
                 args.claude,
                 "-p",
@@ -379,17 +430,20 @@ def _sessions(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
-            check=False,
         )
+        out = _watch(proc, state)
         result: dict[str, Any] = {}
         with contextlib.suppress(ValueError):
-            result = json.loads(proc.stdout or "{}")
+            result = json.loads(out or "{}")
         _sync_usage(client, state, state.read().get("transcript"))
         status = client.get_run(run_id).status
         if status in STOPPED:
             break
         with state.locked() as data:
             rewound = data.pop("rewound", False)
+            stop = data.pop("stop", "")
+        if stop:
+            print(f"shiftlog-claude: {stop}", file=sys.stderr, flush=True)
         if rewound:
             continue  # the next session starts from the checkpoint, not from a handoff
         # The context window ended without the checks passing: hand off to a new session.
