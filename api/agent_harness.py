@@ -20,6 +20,7 @@ from api.schemas import (
     ContextOut,
     FinishIn,
     FinishOut,
+    FinishQueuedOut,
     HandoffIn,
     MergeIn,
     MergeOut,
@@ -270,9 +271,30 @@ def handoff(request, run_id: PathId, body: HandoffIn):
 
 @router.post(
     "/runs/{run_id}/finish",
-    response=FinishOut,
-    summary="The agent says it is done: the harness runs the checks itself",
+    response={202: FinishQueuedOut},
+    summary="The agent says it is done: the harness runs the checks itself (in a worker; "
+    "GET /runs/ID/finish/FINISH_ID?wait=S for the verdict)",
 )
 def finish(request, run_id: PathId, body: FinishIn):
     controlled_run(request, run_id)
-    return external.finish(run_id, actor=actor(request), agent=agent(request), summary=body.summary)
+    return Status(
+        202,
+        external.finish(run_id, actor=actor(request), agent=agent(request), summary=body.summary),
+    )
+
+
+@router.get(
+    "/runs/{run_id}/finish/{finish_id}",
+    response=FinishOut,
+    summary="A finish's verdict; with ?wait=S, waits up to S seconds for the checks",
+)
+async def finish_verdict(
+    request, run_id: PathId, finish_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_SECONDS)
+):
+    await sync_to_async(controlled_run)(request, run_id)
+    deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
+    while True:
+        answer = await sync_to_async(external.finish_verdict)(run_id, finish_id)
+        if answer["state"] == "done" or time.monotonic() >= deadline:
+            return answer
+        await asyncio.sleep(POLL_SECONDS)

@@ -395,10 +395,18 @@ class CheckOut(Schema):
 
 
 class FinishOut(Schema):
+    id: str | None = None
+    state: Literal["checking", "done"] = "done"
     passed: bool
     run_status: str
     checks: list[CheckOut]
     summary: str
+
+
+class FinishQueuedOut(Schema):
+    id: str
+    state: Literal["checking"]
+    run_status: str
 
 
 class UploadOut(Schema):

@@ -437,7 +437,13 @@ class AsyncClient:
         return await self._send(ops.handoff(run_id, summary, done, next_steps, open_questions))
 
     async def finish(self, run_id: int, summary: str) -> FinishResult:
-        return await self._send(ops.finish(run_id, summary))
+        """The agent says it is done; waits for the harness's checks and returns the verdict."""
+        answer = await self._send(ops.finish(run_id, summary))
+        while answer.get("state") == "checking":
+            answer = await self._send(
+                ops.finish_verdict(run_id, answer["id"], self._settings.timeout)
+            )
+        return FinishResult.from_json(answer)
 
 
 async def _acopy(chunks: AsyncIterator[bytes], out: IO[bytes]) -> int:

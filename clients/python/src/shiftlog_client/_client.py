@@ -451,7 +451,11 @@ class Client:
         return self._send(ops.handoff(run_id, summary, done, next_steps, open_questions))
 
     def finish(self, run_id: int, summary: str) -> FinishResult:
-        return self._send(ops.finish(run_id, summary))
+        """The agent says it is done; waits for the harness's checks and returns the verdict."""
+        answer = self._send(ops.finish(run_id, summary))
+        while answer.get("state") == "checking":
+            answer = self._send(ops.finish_verdict(run_id, answer["id"], self._settings.timeout))
+        return FinishResult.from_json(answer)
 
 
 def _copy(chunks: Iterable[bytes], out: IO[bytes]) -> int:

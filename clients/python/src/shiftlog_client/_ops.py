@@ -21,7 +21,6 @@ from ._models import (
     Diff,
     Event,
     EventPage,
-    FinishResult,
     ForkPreview,
     Page,
     ResultAck,
@@ -357,10 +356,21 @@ def handoff(
     return Call("POST", path, parse, json=body, read_timeout=CHECKS_TIMEOUT)
 
 
-def finish(run_id: int, summary: str) -> Call[FinishResult]:
+def finish(run_id: int, summary: str) -> Call[dict[str, Any]]:
+    """The agent says it is done. A current server answers at once (202, `state: checking`: the
+    checks run in a worker; `finish_verdict` waits for them); an older one held the request
+    for the checks and answered the verdict."""
     path = f"{PREFIX}/runs/{int(run_id)}/finish"
-    parse = lambda r: FinishResult.from_json(r.json())  # noqa: E731
-    return Call("POST", path, parse, json={"summary": summary}, read_timeout=CHECKS_TIMEOUT)
+    return Call(
+        "POST", path, lambda r: r.json(), json={"summary": summary}, read_timeout=CHECKS_TIMEOUT
+    )
+
+
+def finish_verdict(run_id: int, finish_id: str, timeout: float) -> Call[dict[str, Any]]:
+    path = f"{PREFIX}/runs/{int(run_id)}/finish/{finish_id}"
+    return Call(
+        "GET", path, lambda r: r.json(), params={"wait": MAX_WAIT}, read_timeout=MAX_WAIT + timeout
+    )
 
 
 def file_chunks(stream: IO[bytes], size: int = 64 * 1024) -> Iterator[bytes]:
