@@ -108,7 +108,9 @@ def test_allow_similar_on_claude_codes_Bash_is_the_narrow_bash_rule(api, decider
 
 
 def test_a_policy_naming_Bash_is_stored_and_matched_as_bash(api):
-    run_id = make_external(api, tool_policy=[{"tool": "Bash", "pattern": "^make", "action": "deny"}])
+    run_id = make_external(
+        api, tool_policy=[{"tool": "Bash", "pattern": "^make", "action": "deny"}]
+    )
     assert Run.objects.get(pk=run_id).tool_policy[0]["tool"] == "bash"
     for spelling in ("Bash", "bash", "shell"):
         assert propose(api, run_id, spelling, {"command": "make x"})["decision"] == "deny"
@@ -337,3 +339,30 @@ def test_pause_and_cancel_are_in_every_answer(api):
     api.post(f"/api/v1/runs/{run_id}/cancel", {"reason": "done"}, content_type="application/json")
     answer = propose(api, run_id, "Bash", {"command": "ls"})
     assert answer["decision"] == "deny" and answer["run_status"] == "cancelled"
+
+
+def test_an_external_agents_first_message_names_no_tool_it_lacks(api):
+    from agents.memory_models import ProjectMemory
+
+    ProjectMemory.objects.create(project="shop", key="db", text="use sqlite in tests")
+    run_id = make_external(api, project="shop")
+    first = api.get(f"/api/v1/runs/{run_id}/context").json()["first_message"]
+    assert "use sqlite in tests" in first
+    assert "recall" not in first and "remember" not in first, first
+
+
+def test_an_external_runs_header_shows_no_model_the_agent_never_reported(api, person):
+    from tests.conftest import client_for
+
+    run_id = make_external(api)
+    person.user_permissions.add(*user_with("x", "view_run").user_permissions.all())
+    page = client_for(person).get(f"/runs/{run_id}/").content.decode()
+    assert "model not reported yet" in page
+    assert Run.objects.get(pk=run_id).model not in page.split('id="run-state"')[1][:2000]
+    api.post(
+        f"/api/v1/runs/{run_id}/turns",
+        {"text": "hi", "model": "claude-opus-4-1", "input_tokens": 1, "output_tokens": 1},
+        content_type="application/json",
+    )
+    page = client_for(person).get(f"/runs/{run_id}/").content.decode()
+    assert "claude-opus-4-1" in page and "model not reported yet" not in page
