@@ -366,3 +366,16 @@ def test_an_external_runs_header_shows_no_model_the_agent_never_reported(api, pe
     )
     page = client_for(person).get(f"/runs/{run_id}/").content.decode()
     assert "claude-opus-4-1" in page and "model not reported yet" not in page
+
+
+def test_an_external_runs_page_says_how_to_connect_an_agent(api, person):
+    from tests.conftest import client_for
+
+    run_id = make_external(api)
+    person.user_permissions.add(*user_with("y", "view_run").user_permissions.all())
+    page = client_for(person).get(f"/runs/{run_id}/").content.decode()
+    assert "Connect an agent" in page
+    assert f"shiftlog-claude --run {run_id}" in page and "SHIFTLOG_URL=http://testserver" in page
+    assert "--scopes read,write" in page
+    api.post(f"/api/v1/runs/{run_id}/cancel", {"reason": "x"}, content_type="application/json")
+    assert "Connect an agent" not in client_for(person).get(f"/runs/{run_id}/").content.decode()
