@@ -12,7 +12,7 @@ from ninja import Query, Router, Status
 
 from agents.models import ExternalCall
 from agents.providers.base import Usage
-from agents.runtime import external
+from agents.runtime import external, external_finish
 from api.auth import need
 from api.common import actor, controlled_run
 from api.errors import Problem
@@ -279,7 +279,9 @@ def finish(request, run_id: PathId, body: FinishIn):
     controlled_run(request, run_id)
     return Status(
         202,
-        external.finish(run_id, actor=actor(request), agent=agent(request), summary=body.summary),
+        external_finish.finish(
+            run_id, actor=actor(request), agent=agent(request), summary=body.summary
+        ),
     )
 
 
@@ -294,7 +296,7 @@ async def finish_verdict(
     await sync_to_async(controlled_run)(request, run_id)
     deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
     while True:
-        answer = await sync_to_async(external.finish_verdict)(run_id, finish_id)
+        answer = await sync_to_async(external_finish.finish_verdict)(run_id, finish_id)
         if answer["state"] == "done" or time.monotonic() >= deadline:
             return answer
         await asyncio.sleep(POLL_SECONDS)

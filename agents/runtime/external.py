@@ -10,8 +10,6 @@ and budgets are those of any run. A worker never claims an external run (`leases
 
 from __future__ import annotations
 
-import posixpath
-import re
 import shutil
 import tarfile
 import tempfile
@@ -33,7 +31,6 @@ from agents import (
     eventlog,
     inputs,
     isolation,
-    jobs,
     leases,
     policy,
     sandbox,
@@ -60,6 +57,15 @@ from agents.providers import pricing
 from agents.providers.base import Turn, Usage
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import call_event
+from agents.runtime.external_driver import (  # noqa: F401 (external.X are the public names)
+    AGENT_ID,
+    ExternalError,
+    _drive_as,
+    agent_id,
+    rewind_reason,
+    rewound,
+    valid_root,
+)
 from agents.runtime.finish import Finish
 from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Gate, GatedCall, approval_note
@@ -69,16 +75,6 @@ from agents.runtime.turns import Turns
 
 # How long a call waits for the lease another call of the same agent holds.
 LEASE_WAIT_SECONDS = 10.0
-# An agent's id: what it calls itself (the Shiftlog-Agent header), else its token's.
-AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}")
-
-
-class ExternalError(ValueError):
-    """The call cannot be done; `status` is the HTTP status it maps to."""
-
-    def __init__(self, message: str, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -107,84 +103,6 @@ def touch(run_id: int, agent: str | None = None) -> None:
         gap = max(0.0, min((now - run.last_contact_at).total_seconds(), run.heartbeat_window))
     Run.objects.filter(pk=run_id).update(
         last_contact_at=now, active_seconds=F("active_seconds") + gap
-    )
-
-
-def _drive_as(run: Run, agent: str, now) -> None:
-    driver, _ = ExternalDriver.objects.get_or_create(
-        run_id=run.pk, defaults={"agent": agent, "seen_branch_seq": run.branch_seq}
-    )
-    if driver.agent == agent:
-        return
-    silent = run.silent_seconds(now)
-    if silent <= run.heartbeat_window or not ExternalDriver.objects.filter(
-        run_id=run.pk, agent=driver.agent
-    ).update(agent=agent, since=now):
-        raise ExternalError(
-            f"run {run.pk} is driven by agent {driver.agent!r} (its last call {silent:.0f} s "
-            f"ago): one agent drives a run at a time; it is free once that agent has been "
-            f"silent for {run.heartbeat_window} s"
-        )
-
-
-def agent_id(header: str | None, token_id: Any) -> str:
-    """The agent's stable id in the log: the Shiftlog-Agent header, else its token's."""
-    if header:
-        if not AGENT_ID.fullmatch(header):
-            raise ExternalError(
-                "the Shiftlog-Agent header must be 1 to 100 letters, digits or ._:@+- "
-                "(starting with a letter or digit)",
-                422,
-            )
-        return header
-    return f"token-{token_id}" if token_id is not None else "agent"
-
-
-def valid_root(root: Any) -> str | None:
-    """The agent's folder as it sees it: an absolute, normal path other than /."""
-    if root in (None, ""):
-        return None
-    if (
-        not isinstance(root, str)
-        or not root.startswith("/")
-        or "\0" in root
-        or len(root) > 1000
-        or posixpath.normpath(root) != root.rstrip("/")
-        or root.rstrip("/") == ""
-    ):
-        raise ExternalError(
-            "root must be the agent's folder as an absolute, normal path (not /)", 422
-        )
-    return root.rstrip("/")
-
-
-def rewound(run_id: int) -> dict[str, Any] | None:
-    """A rewind its agent has not been told of yet (it reads its context again to take it in):
-    the checkpoint's number, who rewound it, and their note."""
-    run = Run.objects.filter(pk=run_id).values("branch_seq").first()
-    seen = (
-        ExternalDriver.objects.filter(run_id=run_id).values_list("seen_branch_seq", flat=True)
-    ).first()
-    if run is None or seen is None or run["branch_seq"] <= seen:
-        return None
-    event = Event.objects.filter(
-        run_id=run_id, seq=run["branch_seq"], kind=EventKind.RUN_REWOUND
-    ).first()
-    if event is None:
-        return None
-    return {
-        "checkpoint": event.payload.get("number"),
-        "by": event.actor,
-        "note": event.payload.get("note", ""),
-    }
-
-
-def rewind_reason(rewind: dict[str, Any]) -> str:
-    note = f" ({rewind['note']})" if rewind.get("note") else ""
-    return (
-        f"the run was rewound to checkpoint {rewind['checkpoint']} by {rewind['by']}{note}: "
-        "what was done since is undone. Restore the workspace from that checkpoint and read "
-        "the run's context again before going on"
     )
 
 
@@ -742,134 +660,3 @@ def _unpack(archive: IO[bytes], into: Path, cap: int) -> None:
         raise
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
         raise ExternalError(f"not a usable .tar.gz: {e}", 422) from None
-
-
-# How soon a finish whose run was busy (another call of its agent held the lease) tries again.
-FINISH_RETRY_SECONDS = 0.5
-
-
-def finish(run_id: int, *, actor: str, agent: str = "agent", summary: Any) -> dict[str, Any]:
-    """The agent says it is done: the harness runs the checks itself, in its sandbox, on the
-    workspace last uploaded, in a worker (`run_finish`): the answer comes at once (202), and the
-    verdict from `finish_verdict` (a long poll). Only passing checks make the run succeed. Asked
-    again while its checks run, the same finish answers."""
-    try:
-        summary = sandbox.validate_input("finish", {"summary": summary})["summary"]
-    except sandbox.ToolInputError as e:
-        raise ExternalError(str(e), 422) from None
-    _external(run_id)
-    pending = ExternalCall.objects.filter(
-        run_id=run_id, tool="finish", result_seq__isnull=True
-    ).first()
-    if pending is None:
-        block = {"id": f"ext_{uuid.uuid4().hex}", "name": "finish", "input": {"summary": summary}}
-        with _driving(run_id, actor, agent) as h:
-            h.s.append(call_event(h.s, block))
-            pending = ExternalCall.objects.create(
-                run_id=run_id,
-                tool_use_id=block["id"],
-                tool="finish",
-                input=block["input"],
-                decision=ExternalCallDecision.ALLOW,
-                reason="the harness runs the checks",
-                called_seq=h.s.known_seq,
-            )
-    jobs.later(
-        "external_finish", run_id=run_id, call_id=pending.tool_use_id, actor=actor, agent=agent
-    )
-    return {"id": pending.tool_use_id, "state": "checking", "run_status": status_of(run_id)}
-
-
-def run_finish(*, run_id: int, call_id: str, actor: str, agent: str) -> bool:
-    """The checks of a finish, in a worker, under the run's lease (True when it is over; a run
-    busy with another call of its agent is tried again shortly)."""
-    call = ExternalCall.objects.filter(run_id=run_id, tool_use_id=call_id).first()
-    if call is None or call.result_seq is not None:
-        return True
-    block = {"id": call.tool_use_id, "name": "finish", "input": call.input}
-    try:
-        with _driving(run_id, actor, agent) as h:
-            call.refresh_from_db()
-            if call.result_seq is not None:
-                return True
-            with suppress(SliceOver):
-                h.finish.finish(block)
-    except ExternalError as e:
-        if "busy" in str(e):
-            jobs.schedule(
-                "external_finish",
-                delay=FINISH_RETRY_SECONDS,
-                run_id=run_id,
-                call_id=call_id,
-                actor=actor,
-                agent=agent,
-            )
-            return False
-        # Paused, cancelled, another agent: the finish is over without checks; it says why.
-        event = eventlog.append(
-            run_id,
-            EventKind.TOOL_RESULT,
-            {
-                "tool_use_id": call_id,
-                "name": "finish",
-                "output": f"The checks did not run: {e}",
-                "is_error": True,
-                "data": {},
-            },
-            actor=f"external:{actor}:{agent}",
-        )
-        ExternalCall.objects.filter(pk=call.pk).update(result_seq=event.seq)
-        return True
-    told = (
-        Event.objects.filter(
-            run_id=run_id, seq__gt=call.called_seq or 0, kind=EventKind.TOOL_RESULT
-        )
-        .filter(payload__tool_use_id=call_id)
-        .values_list("seq", flat=True)
-        .first()
-    )
-    ExternalCall.objects.filter(pk=call.pk).update(
-        result_seq=told or Run.objects.filter(pk=run_id).values_list("last_seq", flat=True)[0]
-    )
-    return True
-
-
-def finish_verdict(run_id: int, call_id: str) -> dict[str, Any]:
-    """Where a finish stands: checking, or done with the checks' results and the run's status."""
-    call = ExternalCall.objects.filter(run_id=run_id, tool_use_id=str(call_id)[:100]).first()
-    if call is None or call.tool != "finish":
-        raise ExternalError(f"run {run_id} has no finish {str(call_id)[:100]}", 404)
-    status = status_of(run_id)
-    if call.result_seq is None:
-        return {
-            "id": call.tool_use_id,
-            "state": "checking",
-            "passed": False,
-            "run_status": status,
-            "checks": [],
-            "summary": "",
-        }
-    rows = Event.objects.filter(
-        run_id=run_id, seq__gt=call.called_seq or 0, seq__lte=call.result_seq
-    ).order_by("seq")
-    checks = [
-        {k: e.payload.get(k) for k in ("command", "passed", "exit_code", "output", "timed_out")}
-        for e in rows
-        if e.kind == EventKind.CHECK_RESULT
-    ]
-    told = next(
-        (
-            e.payload
-            for e in rows
-            if e.kind == EventKind.TOOL_RESULT and e.payload.get("tool_use_id") == call_id
-        ),
-        {},
-    )
-    return {
-        "id": call.tool_use_id,
-        "state": "done",
-        "passed": status == RunStatus.SUCCEEDED,
-        "run_status": status,
-        "checks": checks,
-        "summary": told.get("output", ""),
-    }
