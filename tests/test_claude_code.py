@@ -232,6 +232,7 @@ def test_claude_code_under_shiftlog(tmp_path, procs):
     def steps(repo: Path) -> list:
         return [
             [text("Cleaning up first."), tool_use("toolu_01", "Bash", command="rm -rf build")],
+            [tool_use("toolu_05", "Bash", command="env > env.txt")],
             [tool_use("toolu_02", "Write", file_path=f"{repo}/tests/test_a.py", content="x")],
             [tool_use("toolu_03", "Write", file_path=f"{repo}/done.txt", content="no\n")],
             [text("Done: done.txt is written.")],
@@ -276,6 +277,8 @@ def test_claude_code_under_shiftlog(tmp_path, procs):
     assert "do not pass yet" in said and "grep -qx yes done.txt" in said
     # The agent's token never reached Claude Code's requests or its tools' environment.
     assert stage.token not in said
+    seen_by_bash = (repo / "env.txt").read_text()
+    assert "ANTHROPIC_BASE_URL" in seen_by_bash and stage.token not in seen_by_bash
     stage.close()
 
 
