@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 
-.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser
+.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "Creating the virtualenv $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -40,6 +40,21 @@ browser:
 	  (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null 2>&1)) \
 	  || echo "note: chromium is not installed; the browser tests are skipped"; }
 
+# The real Claude Code CLI, pinned, for shiftlog-claude's end-to-end test (tests/test_claude_code.py):
+# installed with npm (node and npm from Debian's packages) under var/, outside the git tree; its
+# native binary comes in the optional package @anthropic-ai/claude-code-linux-x64. Without npm or
+# the registry the test is skipped with a note.
+CLAUDE_CODE_VERSION := 2.1.328
+CLAUDE_CODE_DIR := var/claude-code
+claude-code:
+	@test -x $(CLAUDE_CODE_DIR)/node_modules/@anthropic-ai/claude-code-linux-x64/claude && \
+	  grep -q '"version": "$(CLAUDE_CODE_VERSION)"' $(CLAUDE_CODE_DIR)/node_modules/@anthropic-ai/claude-code/package.json || { \
+	  command -v npm >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    (apt-get install -y -qq nodejs npm >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null 2>&1)); }; \
+	  mkdir -p $(CLAUDE_CODE_DIR) && npm install --silent --no-audit --no-fund --prefix $(CLAUDE_CODE_DIR) \
+	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) >/dev/null 2>&1 \
+	  || echo "note: Claude Code $(CLAUDE_CODE_VERSION) could not be installed with npm; tests/test_claude_code.py is skipped"; }
+
 # Sets up the data folder (var/), saying each step (migrations, static files, the admin's login
 # link, the demo run), then serves. Links (the one-time login, webhooks) point at the address
 # served, unless SHIFTLOG_BASE_URL says.
@@ -54,7 +69,7 @@ run: setup sandbox
 # the database with that pass), then part of the browser tests; the SQLite pass, then the rest of
 # the browser tests. A chain goes on after a failing part, so one run shows every failure; -O
 # prints each chain's report whole.
-test: setup system-deps
+test: setup system-deps claude-code
 	@$(MAKE) --no-print-directory -j2 -O test-chain-services test-chain-sqlite
 test-chain-services: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-services || st=1; \

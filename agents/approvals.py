@@ -41,6 +41,7 @@ from agents.models import (
     ApprovalSubject,
     Event,
     EventKind,
+    ExternalCall,
     PauseCause,
     Run,
     RunStatus,
@@ -162,7 +163,7 @@ def request(
 # --- decide ---------------------------------------------------------------------------------
 def input_diff(tool: str, before: dict[str, Any], after: dict[str, Any]) -> str:
     """A readable diff of an edit: the command for bash, the JSON for everything else."""
-    if tool == "bash":
+    if policy.canonical_name(tool) == "bash":  # also another agent's "Bash"
         a, b = str(before.get("command", "")), str(after.get("command", ""))
     else:
         a = json.dumps(before, indent=2, sort_keys=True)
@@ -358,7 +359,10 @@ def _decide(
                     because=f"denied with approval {approval.pk}: {comment}",
                 )
         if allow_similar:
-            rule = policy.similar_rule(approval.tool_name, edited_input or approval.tool_input)
+            # Another agent's tool ("Bash") is read as ours first: the rule is as narrow.
+            rule = policy.similar_rule(
+                approval.tool_name, edited_input or approval.tool_input, root=_agent_root(approval)
+            )
             try:
                 services.add_rule(
                     approval.run_id,
@@ -370,7 +374,7 @@ def _decide(
                 # Nothing is decided: the person may approve without "similar".
                 raise ApprovalError(f"{e}; approve this call alone instead") from None
             _approve_matching(approval.run_id, user, actor)
-        _resume_if_all_decided(run, actor)
+        resume_if_all_decided(run, actor)
 
 
 def what_next(run_id: int) -> str:
@@ -396,12 +400,25 @@ def _valid_edit(approval: Approval, edited: Any) -> dict[str, Any]:
     return edited
 
 
+def _agent_root(approval: Approval) -> str | None:
+    """An external agent's folder, as it declared it with the call (None for ours)."""
+    return (
+        ExternalCall.objects.filter(approval=approval).values_list("root", flat=True).first()
+        or None
+    )
+
+
 def _approve_matching(run_id: int, user, actor: str) -> None:
     """Pending calls that the run's policy now allows are approved along with the rule."""
     run = Run.objects.get(pk=run_id)
     for other in Approval.objects.filter(run_id=run_id).pending():
+        root = _agent_root(other)
+        tool, tool_input = other.tool_name, other.tool_input
+        if root or policy.canonical_name(tool) != tool:
+            call = policy.agent_call(tool, tool_input, root=root)
+            tool, tool_input = call.tool, call.input
         decision = policy.decide(
-            run.tool_policy, other.tool_name, other.tool_input, workspace=run.workspace_path
+            run.tool_policy, tool, tool_input, workspace=root or run.workspace_path
         )
         if decision.action != "allow" or decision.rule is None:
             continue
@@ -425,7 +442,7 @@ def _approve_matching(run_id: int, user, actor: str) -> None:
             )
 
 
-def _resume_if_all_decided(run: Run, actor: str) -> None:
+def resume_if_all_decided(run: Run, actor: str) -> None:
     """Queue the run again once nothing of it waits for a person (`run` was read under its row
     lock, in this transaction: its status is current)."""
     if run.status != RunStatus.AWAITING_APPROVAL:

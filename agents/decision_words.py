@@ -11,6 +11,7 @@ from agents.models import Approval, ApprovalStatus
 UNDECIDED = {
     ApprovalStatus.EXPIRED: "nobody decided in time (expired)",
     ApprovalStatus.DISCARDED: "the run was rewound past it, or ended (discarded)",
+    ApprovalStatus.WITHDRAWN: "its agent took it back (withdrawn)",
 }
 
 

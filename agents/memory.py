@@ -205,10 +205,13 @@ def wake_up_section(run: Run, budget: int | None = None) -> tuple[str, list[str]
     items = ranked(entries(run))
     if not items:
         return "", []
+    # An external agent has no `recall` or `remember` (unless it is given Shiftlog's MCP
+    # server): its first message does not name tools it lacks.
+    tools = "" if run.is_external else "; `recall` searches it, `remember` adds to it"
     heading = (
         "# Memory (what earlier sessions"
         + (f" and runs of project {run.project!r}" if run.project else "")
-        + " learned; `recall` searches it, `remember` adds to it)"
+        + f" learned{tools})"
     )
     lines, left_out, used = [], [], 0
     for entry in items:
@@ -221,7 +224,10 @@ def wake_up_section(run: Run, budget: int | None = None) -> tuple[str, list[str]
             left_out.append(entry.key)
     if left_out:
         lines.append(
-            f"Left out to keep within {budget} tokens (`recall` reads them): " + ", ".join(left_out)
+            f"Left out to keep within {budget} tokens"
+            + ("" if run.is_external else " (`recall` reads them)")
+            + ": "
+            + ", ".join(left_out)
         )
     return heading + "\n" + "\n".join(lines), left_out
 

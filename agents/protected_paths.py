@@ -53,6 +53,26 @@ def decide_call(
     """The decision on one of a run's tool calls: protected files first, then the rules (and
     the risk classifier). `workspace` (an agents.sandbox.Workspace) resolves the path a file
     tool would write; `sandboxed` as for `policy.decide`."""
+    found = protected_decision(tool, tool_input, workspace, protected, protected_action)
+    if found is not None:
+        return found
+    return decide(
+        rules,
+        tool,
+        tool_input,
+        workspace=workspace.path if workspace is not None else None,
+        sandboxed=sandboxed,
+    )
+
+
+def protected_decision(
+    tool: str,
+    tool_input: dict[str, Any],
+    workspace,
+    protected: dict[str, dict[str, Any]] | None,
+    protected_action: str = "deny",
+) -> Decision | None:
+    """The decision when a file tool would write a protected path, else None."""
     if tool in WRITING_TOOLS and protected and workspace is not None:
         try:
             rel = str(workspace.resolve(tool_input["path"]).relative_to(workspace.path))
@@ -62,10 +82,4 @@ def decide_call(
             return Decision(
                 protected_action, f"{rel} is protected: the done-conditions depend on it"
             )
-    return decide(
-        rules,
-        tool,
-        tool_input,
-        workspace=workspace.path if workspace is not None else None,
-        sandboxed=sandboxed,
-    )
+    return None

@@ -13,6 +13,7 @@ from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
 from agents import checkpoints, jobs, notifications, reaper, schedules, telemetry
+from agents.runtime.external_finish import run_finish
 from agents.runtime.loop import drive
 
 # A requested rewind tries again this often while the run's worker finishes its step.
@@ -54,6 +55,12 @@ def rewind_run(
 
 
 @db_task()
+def external_finish(*, run_id: int, call_id: str, actor: str, agent: str) -> bool:
+    # An external agent's finish: the checks run here, not in the web request (a long one).
+    return run_finish(run_id=run_id, call_id=call_id, actor=actor, agent=agent)
+
+
+@db_task()
 def deliver_webhook(
     *,
     delivery_id: int | None = None,
@@ -91,6 +98,7 @@ def fire_schedules() -> dict:
 jobs.register(
     run_slice=run_slice,
     rewind_run=rewind_run,
+    external_finish=external_finish,
     deliver_webhook=deliver_webhook,
     export_trace=export_trace,
 )

@@ -12,7 +12,7 @@ from ninja import Query, Router, Status
 
 from agents.models import ExternalCall
 from agents.providers.base import Usage
-from agents.runtime import external
+from agents.runtime import external, external_finish
 from api.auth import need
 from api.common import actor, controlled_run
 from api.errors import Problem
@@ -20,6 +20,7 @@ from api.schemas import (
     ContextOut,
     FinishIn,
     FinishOut,
+    FinishQueuedOut,
     HandoffIn,
     MergeIn,
     MergeOut,
@@ -44,16 +45,29 @@ MAX_WAIT_SECONDS = 60
 POLL_SECONDS = 0.25
 
 
+def agent(request) -> str:
+    """The calling agent's stable id: its Shiftlog-Agent header, else its token's."""
+    try:
+        return external.agent_id(
+            request.headers.get("Shiftlog-Agent"), getattr(request.auth, "pk", None)
+        )
+    except external.ExternalError as e:
+        raise Problem(e.status, str(e)) from None
+
+
 @router.get("/runs/{run_id}/context", response=ContextOut, summary="What a session starts from")
 def context(request, run_id: PathId):
     controlled_run(request, run_id)
-    return external.context(run_id, actor=actor(request))
+    return external.context(run_id, actor=actor(request), agent=agent(request))
 
 
 @router.post("/runs/{run_id}/heartbeat", response=StatusOut, summary="The agent is alive")
 def heartbeat(request, run_id: PathId):
     controlled_run(request, run_id)
-    return {"run_status": external.heartbeat(run_id)}
+    return {
+        "run_status": external.heartbeat(run_id, agent(request)),
+        "rewound": external.rewound(run_id),
+    }
 
 
 @router.post("/runs/{run_id}/turns", response={201: TurnOut}, summary="A model turn and its usage")
@@ -67,7 +81,14 @@ def turn(request, run_id: PathId, body: TurnIn):
     )
     return Status(
         201,
-        external.turn(run_id, actor=actor(request), text=body.text, model=body.model, usage=usage),
+        external.turn(
+            run_id,
+            actor=actor(request),
+            agent=agent(request),
+            text=body.text,
+            model=body.model,
+            usage=usage,
+        ),
     )
 
 
@@ -78,7 +99,15 @@ def turn(request, run_id: PathId, body: TurnIn):
 )
 def propose(request, run_id: PathId, body: ToolCallIn):
     controlled_run(request, run_id)
-    decided = external.propose(run_id, actor=actor(request), tool=body.tool, tool_input=body.input)
+    decided = external.propose(
+        run_id,
+        actor=actor(request),
+        agent=agent(request),
+        tool=body.tool,
+        tool_input=body.input,
+        call_id=body.call_id,
+        root=body.root,
+    )
     return Status(201, decided)
 
 
@@ -95,16 +124,25 @@ async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_S
     if len(call_id) > 100:
         raise Problem(404, f"no tool call {call_id[:100]}")
     who = await sync_to_async(_checked_call)(request, call_id)
+    who_agent = await sync_to_async(agent)(request)
     deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
+    began = None
     while True:
-        answer = await sync_to_async(_decision)(request, call_id, who)
-        if answer["decision"] != "pending" or time.monotonic() >= deadline:
+        answer = await sync_to_async(_decision)(request, call_id, who, who_agent)
+        began = began or answer["run_status"]
+        # Decided, or the run paused, cancelled or rewound meanwhile: the agent hears at once.
+        if (
+            answer["decision"] != "pending"
+            or answer["run_status"] != began
+            or answer.get("rewound")
+            or time.monotonic() >= deadline
+        ):
             return answer
         await asyncio.sleep(POLL_SECONDS)
 
 
-def _decision(request, call_id: str, who: str) -> dict:
-    return external.decision(call_id, run_ids=_own_calls(request), actor=who)
+def _decision(request, call_id: str, who: str, who_agent: str) -> dict:
+    return external.decision(call_id, run_ids=_own_calls(request), actor=who, agent=who_agent)
 
 
 def _checked_call(request, call_id: str) -> str:
@@ -124,10 +162,25 @@ def result(request, call_id: str, body: ResultIn):
         call_id,
         run_ids=_own_calls(request),
         actor=actor(request),
+        agent=agent(request),
         output=body.output,
         is_error=body.is_error,
     )
     return Status(201, done)
+
+
+@router.post(
+    "/tool-calls/{call_id}/withdraw",
+    response=ToolCallOut,
+    summary="Take a call back before it runs: its approval leaves the inbox, marked withdrawn",
+)
+def withdraw(request, call_id: str):
+    if len(call_id) > 100:
+        raise Problem(404, f"no tool call {call_id[:100]}")
+    _checked_call(request, call_id)
+    return external.withdraw(
+        call_id, run_ids=_own_calls(request), actor=actor(request), agent=agent(request)
+    )
 
 
 @router.post(
@@ -144,7 +197,13 @@ def spawn(request, run_id: PathId, body: SpawnIn):
     ]
     return Status(
         201,
-        external.spawn(run_id, actor=actor(request), call_id=body.call_id, tool_input=tool_input),
+        external.spawn(
+            run_id,
+            actor=actor(request),
+            agent=agent(request),
+            call_id=body.call_id,
+            tool_input=tool_input,
+        ),
     )
 
 
@@ -156,7 +215,7 @@ def spawn(request, run_id: PathId, body: SpawnIn):
 def merge_children(request, run_id: PathId, body: MergeIn):
     controlled_run(request, run_id)
     need(request, "write")
-    return external.merge(run_id, actor=actor(request), runs=body.runs)
+    return external.merge(run_id, actor=actor(request), agent=agent(request), runs=body.runs)
 
 
 @router.put(
@@ -190,7 +249,12 @@ def upload(request, run_id: PathId):
         if not size:
             raise Problem(422, "the body must be a .tar.gz of the workspace")
         spool.seek(0)
-        return Status(201, external.upload_workspace(run_id, actor=actor(request), archive=spool))
+        return Status(
+            201,
+            external.upload_workspace(
+                run_id, actor=actor(request), agent=agent(request), archive=spool
+            ),
+        )
 
 
 @router.post(
@@ -200,14 +264,39 @@ def upload(request, run_id: PathId):
 )
 def handoff(request, run_id: PathId, body: HandoffIn):
     controlled_run(request, run_id)
-    return external.hand_off(run_id, actor=actor(request), handoff=body.dict())
+    return external.hand_off(
+        run_id, actor=actor(request), agent=agent(request), handoff=body.dict()
+    )
 
 
 @router.post(
     "/runs/{run_id}/finish",
-    response=FinishOut,
-    summary="The agent says it is done: the harness runs the checks itself",
+    response={202: FinishQueuedOut},
+    summary="The agent says it is done: the harness runs the checks itself (in a worker; "
+    "GET /runs/ID/finish/FINISH_ID?wait=S for the verdict)",
 )
 def finish(request, run_id: PathId, body: FinishIn):
     controlled_run(request, run_id)
-    return external.finish(run_id, actor=actor(request), summary=body.summary)
+    return Status(
+        202,
+        external_finish.finish(
+            run_id, actor=actor(request), agent=agent(request), summary=body.summary
+        ),
+    )
+
+
+@router.get(
+    "/runs/{run_id}/finish/{finish_id}",
+    response=FinishOut,
+    summary="A finish's verdict; with ?wait=S, waits up to S seconds for the checks",
+)
+async def finish_verdict(
+    request, run_id: PathId, finish_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_SECONDS)
+):
+    await sync_to_async(controlled_run)(request, run_id)
+    deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
+    while True:
+        answer = await sync_to_async(external_finish.finish_verdict)(run_id, finish_id)
+        if answer["state"] == "done" or time.monotonic() >= deadline:
+            return answer
+        await asyncio.sleep(POLL_SECONDS)

@@ -269,16 +269,27 @@ class SaidOut(Schema):
     text: str
 
 
+class RewoundOut(Schema):
+    """A rewind the agent has not taken in yet: it restores the workspace from the checkpoint
+    (by its number) and reads its context again."""
+
+    checkpoint: int | None
+    by: str
+    note: str = ""
+
+
 class ContextOut(Schema):
     session: int | None
     first_message: str
     messages: list[SaidOut]
     handoff_requested: bool = False
     run_status: str
+    rewound: RewoundOut | None = None
 
 
 class StatusOut(Schema):
     run_status: str
+    rewound: RewoundOut | None = None
 
 
 class TurnIn(In):
@@ -295,6 +306,7 @@ class TurnOut(Schema):
     run_status: str
     cost_usd: str
     handoff_requested: bool
+    rewound: RewoundOut | None = None
 
 
 class SpawnChild(In):
@@ -337,6 +349,10 @@ class SpawnOut(Schema):
 class ToolCallIn(In):
     tool: Annotated[str, Field(min_length=1, max_length=100)]
     input: dict[str, Any] = {}
+    # The agent's own id of the call (Claude Code's tool_use_id): asked again, the same answer.
+    call_id: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    # The agent's folder as it sees it: absolute paths under it are paths in the workspace.
+    root: Annotated[str, Field(min_length=1, max_length=1_000)] | None = None
 
 
 class ToolCallOut(Schema):
@@ -347,6 +363,7 @@ class ToolCallOut(Schema):
     approval: int | None
     note: str = ""
     run_status: str
+    rewound: RewoundOut | None = None
 
 
 class ResultIn(In):
@@ -357,6 +374,7 @@ class ResultIn(In):
 class ResultOut(Schema):
     seq: int
     run_status: str
+    rewound: RewoundOut | None = None
 
 
 class HandoffIn(In):
@@ -379,10 +397,18 @@ class CheckOut(Schema):
 
 
 class FinishOut(Schema):
+    id: str | None = None
+    state: Literal["checking", "done"] = "done"
     passed: bool
     run_status: str
     checks: list[CheckOut]
     summary: str
+
+
+class FinishQueuedOut(Schema):
+    id: str
+    state: Literal["checking"]
+    run_status: str
 
 
 class UploadOut(Schema):

@@ -212,6 +212,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "has_older": bool(rows) and rows[0].seq > 1,
             "last_seq": rows[-1].seq if rows else 0,
             "policy_form": PolicyForm(initial={"rules": _json(run.tool_policy)}),
+            # An external run waiting for (or driven by) its agent: how to connect one.
+            "connect": {
+                "url": request.build_absolute_uri("/").rstrip("/"),
+                "user": request.user.get_username(),
+            }
+            if run.is_external and run.is_live
+            else None,
             **fleet_views.context(request.user, run, context.get("rollup")),
         }
     )

@@ -21,13 +21,23 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class FakeAnthropic:
-    def __init__(self, *, port: int = 0, auto_reply: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        auto_reply: bool = False,
+        responder: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+    ) -> None:
         self.port = port
+        # With a responder an empty queue asks it for the Message to answer a request with
+        # (None: as without one): a script that plays an agent's side turn by turn.
+        self.responder = responder
         # With auto_reply an empty queue answers end_turn instead of an error (standalone mode).
         self.auto_reply = auto_reply
         # Each entry: {"method", "path", "headers" (lower-case names), "body" (parsed JSON)}.
@@ -122,6 +132,8 @@ class FakeAnthropic:
             self.requests.append(request)
             if self._responses:
                 return self._responses.popleft()
+        if self.responder is not None and (answer := self.responder(request)) is not None:
+            return 200, answer, {}, 0.0
         if self.auto_reply:
             model = (request.get("body") or {}).get("model", "claude-sonnet-4-5")
             return 200, self.message_body([{"type": "text", "text": "ok"}], model=model), {}, 0.0

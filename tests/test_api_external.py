@@ -11,7 +11,7 @@ from django.test import Client
 
 from agents.models import Approval, Event, ExternalCall, Run
 from api.models import ApiToken
-from tests.helpers import user_with
+from tests.helpers import run_queued, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -50,6 +50,25 @@ def make_external(api, **extra) -> int:
     )
     assert r.status_code == 201, r.content
     return r.json()["id"]
+
+
+def finish(api, run_id: int, summary: str = "done") -> dict:
+    """POST finish (202: the checks run in a worker), run the worker's task, read the verdict."""
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        r = api.post(
+            f"/api/v1/runs/{run_id}/finish", {"summary": summary}, content_type="application/json"
+        )
+    assert r.status_code == 202, r.content
+    queued = r.json()
+    assert queued["state"] == "checking"
+    pending = api.get(f"/api/v1/runs/{run_id}/finish/{queued['id']}").json()
+    assert pending["state"] == "checking", pending
+    assert run_queued("external_finish")
+    verdict = api.get(f"/api/v1/runs/{run_id}/finish/{queued['id']}?wait=1").json()
+    assert verdict["state"] == "done", verdict
+    return verdict
 
 
 def test_external_run_end_to_end(api, agent_user):
@@ -130,9 +149,7 @@ def test_external_run_end_to_end(api, agent_user):
         content_type="application/gzip",
     )
     assert r.status_code == 201, r.content
-    refused = api.post(
-        f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
-    ).json()
+    refused = finish(api, run_id)
     assert refused["passed"] is False and refused["run_status"] == "running"
     assert (
         refused["checks"][0]["command"] == "test -f done.txt" and not refused["checks"][0]["passed"]
@@ -144,9 +161,7 @@ def test_external_run_end_to_end(api, agent_user):
         content_type="application/gzip",
     )
     assert r.status_code == 201 and r.json()["files"] == 2
-    done = api.post(
-        f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
-    ).json()
+    done = finish(api, run_id)
     assert done["passed"] is True and done["run_status"] == "succeeded", done
     kinds = list(Event.objects.filter(run_id=run_id).order_by("seq").values_list("kind", flat=True))
     for kind in (
@@ -311,3 +326,33 @@ def test_a_call_waiting_when_the_run_is_cancelled_is_denied(api):
         f"/api/v1/tool-calls/{risky['id']}/result", {"output": "x"}, content_type="application/json"
     )
     assert r.status_code == 409
+
+
+def test_finish_answers_at_once_and_the_checks_run_in_a_worker(
+    api, django_capture_on_commit_callbacks
+):
+    """The request is not held for the checks (nginx gives up at 120 s); asked again while they
+    run, the same finish answers; other calls of the agent go on meanwhile."""
+    run_id = make_external(api)
+    api.put(
+        f"/api/v1/runs/{run_id}/workspace",
+        tarball({"done.txt": "yes"}),
+        content_type="application/gzip",
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        first = api.post(
+            f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
+        )
+        assert first.status_code == 202 and first.json()["state"] == "checking"
+        again = api.post(
+            f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
+        )
+    assert again.json()["id"] == first.json()["id"]
+    beat = api.post(f"/api/v1/runs/{run_id}/heartbeat")
+    assert beat.status_code == 200
+    assert len(run_queued("external_finish")) == 2
+    verdict = api.get(f"/api/v1/runs/{run_id}/finish/{first.json()['id']}").json()
+    assert verdict["passed"] is True and verdict["run_status"] == "succeeded", verdict
+    assert api.get(f"/api/v1/runs/{run_id}/finish/nope").status_code == 404
+    checks = Event.objects.filter(run_id=run_id, kind="check.result").count()
+    assert checks == 1  # the second task found the finish done

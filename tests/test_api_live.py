@@ -108,7 +108,7 @@ def test_an_external_agent_end_to_end_over_http(tmp_path):
             headers={"Content-Type": "application/gzip"},
         )
         assert up.status_code == 201, up.text
-        refused = agent.post(f"/runs/{run_id}/finish", json={"summary": "done, trust me"}).json()
+        refused = finish(agent, run_id, "done, trust me")
         assert refused["passed"] is False and refused["run_status"] == "running"
         up = agent.put(
             f"/runs/{run_id}/workspace",
@@ -116,7 +116,7 @@ def test_an_external_agent_end_to_end_over_http(tmp_path):
             headers={"Content-Type": "application/gzip"},
         )
         assert up.status_code == 201
-        done = agent.post(f"/runs/{run_id}/finish", json={"summary": "done.txt is there"}).json()
+        done = finish(agent, run_id, "done.txt is there")
         assert done["passed"] is True and done["run_status"] == "succeeded", done
 
         kinds = [
@@ -236,9 +236,20 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path):
     assert "Fuzzing" in summary and "failures" not in summary, report
 
 
+def finish(agent, run_id: int, summary: str) -> dict:
+    """finish answers at once (202, the checks run in a worker); the verdict is a long poll."""
+    queued = agent.post(f"/runs/{run_id}/finish", json={"summary": summary})
+    assert queued.status_code == 202, queued.text
+    answer = queued.json()
+    while answer.get("state") == "checking":
+        answer = agent.get(f"/runs/{run_id}/finish/{answer['id']}", params={"wait": 30}).json()
+    return answer
+
+
 def test_a_slow_finish_holds_no_other_request(tmp_path):
-    """The checks an agent's finish runs (here 6 s) hold no other request: under ASGI each request
-    has its own thread for sync code (Django's ThreadSensitiveContext), and this keeps it so."""
+    """The checks an agent's finish runs (here 6 s) hold no other request, nor the long poll
+    for its verdict: under ASGI each request has its own thread for sync code (Django's
+    ThreadSensitiveContext), and this keeps it so."""
     user_with("agent", "decide_approval")
     auth = token(tmp_path, "agent", "read,write")
     with serving(tmp_path) as base:
@@ -250,11 +261,7 @@ def test_a_slow_finish_holds_no_other_request(tmp_path):
         ).json()["id"]
         agent.get(f"/runs/{run_id}/context")
         finished = []
-        slow = threading.Thread(
-            target=lambda: finished.append(
-                agent.post(f"/runs/{run_id}/finish", json={"summary": "s"})
-            )
-        )
+        slow = threading.Thread(target=lambda: finished.append(finish(agent, run_id, "s")))
         slow.start()
         time.sleep(1.5)  # the checks are running
         started = time.monotonic()
@@ -265,4 +272,4 @@ def test_a_slow_finish_holds_no_other_request(tmp_path):
         assert not finished, "the checks should still be running"
         slow.join(timeout=60)
     assert quick < 3, f"six requests took {quick:.1f} s while the checks ran"
-    assert finished[0].json()["passed"] is True
+    assert finished[0]["passed"] is True

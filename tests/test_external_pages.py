@@ -88,7 +88,8 @@ def test_silent_past_its_heartbeat_a_running_external_run_shows_stalled(owner):
 
 
 def test_within_its_window_or_waiting_for_a_person_it_is_not_stalled(owner):
-    fresh = external(owner, silent=59, heartbeat=60, status=RunStatus.RUNNING)
+    # Well inside its window: a loaded machine may take seconds between here and the page.
+    fresh = external(owner, silent=45, heartbeat=60, status=RunStatus.RUNNING)
     paused = external(owner, silent=600, heartbeat=60, status=RunStatus.PAUSED)
     done = external(owner, silent=600, heartbeat=60, status=RunStatus.SUCCEEDED)
     c = client_for(owner)

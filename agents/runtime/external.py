@@ -22,28 +22,51 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from agents import inputs, leases, sandbox, workspaces
+from agents import (
+    approvals,
+    eventlog,
+    inputs,
+    isolation,
+    leases,
+    policy,
+    sandbox,
+    workspaces,
+)
 from agents.decision_words import refusal
 from agents.fleet_spawn import SpawnError
 from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,
+    Approval,
     ApprovalStatus,
     CheckpointKind,
     Event,
     EventKind,
     ExternalCall,
     ExternalCallDecision,
+    ExternalDriver,
     FleetChild,
     Run,
     RunStatus,
 )
+from agents.protected_paths import protected_decision
 from agents.providers import pricing
 from agents.providers.base import Turn, Usage
 from agents.runtime.budgets import Budgets
 from agents.runtime.calls import call_event
+from agents.runtime.external_driver import (  # noqa: F401 (external.X are the public names)
+    AGENT_ID,
+    ExternalError,
+    _drive_as,
+    agent_id,
+    rewind_reason,
+    rewound,
+    valid_root,
+)
 from agents.runtime.finish import Finish
 from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Gate, GatedCall, approval_note
@@ -53,19 +76,6 @@ from agents.runtime.turns import Turns
 
 # How long a call waits for the lease another call of the same agent holds.
 LEASE_WAIT_SECONDS = 10.0
-# An external agent's tools, as our policy and risk classifier know them.
-SHELL_TOOLS = frozenset({"bash", "shell", "run_command", "execute_command", "terminal"})
-FILE_TOOLS = frozenset(
-    {"write", "write_file", "edit", "multiedit", "create_file", "str_replace_based_edit_tool"}
-)
-
-
-class ExternalError(ValueError):
-    """The call cannot be done; `status` is the HTTP status it maps to."""
-
-    def __init__(self, message: str, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -78,9 +88,23 @@ class Harness:
     gate: Gate
 
 
-def touch(run_id: int) -> None:
-    """The agent called: it is alive."""
-    Run.objects.filter(pk=run_id).update(last_contact_at=timezone.now())
+def touch(run_id: int, agent: str | None = None) -> None:
+    """The agent called: it is alive. One agent drives a run at a time (`agent`, when given,
+    must be its driver, or the driver must have been silent for the run's heartbeat window).
+    Its working time counts as the run's wall time: the time since its last call while the run
+    was running (at most one heartbeat window: a silent agent is not working)."""
+    now = timezone.now()
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return
+    if agent is not None:
+        _drive_as(run, agent, now)
+    gap = 0.0
+    if run.status == RunStatus.RUNNING and run.last_contact_at is not None:
+        gap = max(0.0, min((now - run.last_contact_at).total_seconds(), run.heartbeat_window))
+    Run.objects.filter(pk=run_id).update(
+        last_contact_at=now, active_seconds=F("active_seconds") + gap
+    )
 
 
 def _external(run_id: int) -> Run:
@@ -96,12 +120,12 @@ def _external(run_id: int) -> Run:
 
 
 @contextmanager
-def _driving(run_id: int, actor: str) -> Iterator[Harness]:
+def _driving(run_id: int, actor: str, agent: str = "agent") -> Iterator[Harness]:
     """Do one call of the agent as a worker does one step: under the run's lease, with the
     session open. Raises ExternalError when the run is in no state to be driven."""
     run = _external(run_id)
-    touch(run_id)
-    owner = f"external:{actor}:{uuid.uuid4().hex[:8]}"
+    touch(run_id, agent)
+    owner = f"external:{actor}:{agent}"
     deadline = time.monotonic() + LEASE_WAIT_SECONDS
     while not leases.claim(run_id, owner, external=True):
         run.refresh_from_db()
@@ -141,7 +165,9 @@ def _driving(run_id: int, actor: str) -> Iterator[Harness]:
         leases.release(run_id, owner)
 
 
-def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str, Any]:
+def spawn(
+    run_id: int, *, actor: str, agent: str = "agent", call_id: str, tool_input: Any
+) -> dict[str, Any]:
     """The agent's spawn_runs: children started from its latest upload (a checkpoint first), the
     run waiting for them. Asked again with the same call_id, the same children come back."""
     try:
@@ -150,7 +176,7 @@ def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str
         raise ExternalError(str(e), 422) from None
     done = FleetChild.objects.filter(parent_id=run_id, tool_use_id=call_id)
     if not done.exists():
-        with _driving(run_id, actor) as h:
+        with _driving(run_id, actor, agent) as h:
             try:
                 Fleet(h.s, h.gate).start_children(call_id, tool_input)
             except SpawnError as e:
@@ -161,14 +187,16 @@ def spawn(run_id: int, *, actor: str, call_id: str, tool_input: Any) -> dict[str
     }
 
 
-def merge(run_id: int, *, actor: str, runs: list[int] | None) -> dict[str, Any]:
+def merge(
+    run_id: int, *, actor: str, agent: str = "agent", runs: list[int] | None
+) -> dict[str, Any]:
     """The agent's merge_children, done as Shiftlog's own agent's is (a tool.call, the merge with
     a checkpoint before and after, its result); the merged workspace is the run's latest
     checkpoint, for the agent to download. A conflict a person decides leaves the run awaiting
     approval; the decision is applied at the agent's next call."""
     tool_input = {} if runs is None else {"runs": runs}
     block = {"id": f"ext_merge_{uuid.uuid4().hex[:16]}", "name": "merge_children"}
-    with _driving(run_id, actor) as h:
+    with _driving(run_id, actor, agent) as h:
         called = h.s.append(call_event(h.s, block, tool_input)).events[0].seq
         with suppress(SliceOver):  # a person decides a conflict: the run waits
             Fleet(h.s, h.gate).merge(block, tool_input)
@@ -190,13 +218,19 @@ def status_of(run_id: int) -> str:
 
 
 # --- the session ----------------------------------------------------------------------------
-def context(run_id: int, *, actor: str) -> dict[str, Any]:
+def context(run_id: int, *, actor: str, agent: str = "agent") -> dict[str, Any]:
     """What the agent starts (or restarts) from: the session's first message and what people
     and the harness said since (after a fleet's children ended: how each did)."""
-    with _driving(run_id, actor) as h:
+    told = rewound(run_id)
+    with _driving(run_id, actor, agent) as h:
         with suppress(SliceOver):  # resumed before its children ended: it waits again
             Fleet(h.s, h.gate).at_start()
-        return _context(h)
+        answer = _context(h)
+    # Read from the rewound state: the agent has taken the rewind in.
+    ExternalDriver.objects.filter(run_id=run_id).update(
+        seen_branch_seq=Run.objects.filter(pk=run_id).values_list("branch_seq", flat=True)[0]
+    )
+    return {**answer, "rewound": told}
 
 
 def _context(h: Harness) -> dict[str, Any]:
@@ -227,9 +261,9 @@ def _context(h: Harness) -> dict[str, Any]:
     }
 
 
-def heartbeat(run_id: int) -> str:
+def heartbeat(run_id: int, agent: str = "agent") -> str:
     _external(run_id)
-    touch(run_id)
+    touch(run_id, agent)
     return status_of(run_id)
 
 
@@ -237,6 +271,7 @@ def turn(
     run_id: int,
     *,
     actor: str,
+    agent: str = "agent",
     text: str,
     model: str,
     usage: Usage,
@@ -244,7 +279,7 @@ def turn(
     """A model turn of the agent, with its usage: it counts against the run's budgets; past a
     cap the run pauses, and the answer says so."""
     priced = pricing.cost(model or _external(run_id).model, usage)
-    with _driving(run_id, actor) as h:
+    with _driving(run_id, actor, agent) as h:
         s = h.s
         if s.run.cost_usd + priced.usd > inputs.MAX_DOLLARS:
             raise ExternalError(
@@ -271,16 +306,19 @@ def turn(
             "run_status": run.status,
             "cost_usd": str(run.cost_usd),
             "handoff_requested": s.conv.handoff_requested,
+            "rewound": rewound(run_id),
         }
 
 
-def hand_off(run_id: int, *, actor: str, handoff: dict[str, Any]) -> dict[str, Any]:
+def hand_off(
+    run_id: int, *, actor: str, agent: str = "agent", handoff: dict[str, Any]
+) -> dict[str, Any]:
     """End the session with the agent's handoff; the next one starts from goal + handoff."""
     try:
         handoff = sandbox.validate_input("handoff", handoff)
     except sandbox.ToolInputError as e:
         raise ExternalError(str(e), 422) from None
-    with _driving(run_id, actor) as h, suppress(SliceOver):
+    with _driving(run_id, actor, agent) as h, suppress(SliceOver):
         h.sessions.hand_off(handoff)
     if status_of(run_id) not in DRIVABLE_STATUSES:
         return {
@@ -289,22 +327,10 @@ def hand_off(run_id: int, *, actor: str, handoff: dict[str, Any]) -> dict[str, A
             "messages": [],
             "run_status": status_of(run_id),
         }
-    return context(run_id, actor=actor)
+    return context(run_id, actor=actor, agent=agent)
 
 
 # --- tool calls -----------------------------------------------------------------------------
-def _as_ours(tool: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The call as the policy knows it: a shell command is `bash`, a file write `write_file`."""
-    name = tool.lower()
-    command = tool_input.get("command")
-    if name in SHELL_TOOLS and isinstance(command, str):
-        return "bash", {"command": command}
-    path = tool_input.get("path", tool_input.get("file_path"))
-    if name in FILE_TOOLS and isinstance(path, str):
-        return "write_file", {"path": path, "content": ""}
-    return tool, tool_input
-
-
 def _answer(call: ExternalCall, decision: str) -> dict[str, Any]:
     approval = call.approval
     # What the agent is told of an approval, as Shiftlog's own agent is: an edit, a comment.
@@ -323,45 +349,109 @@ def _answer(call: ExternalCall, decision: str) -> dict[str, Any]:
         "approval": approval.pk if approval else None,
         "note": note,
         "run_status": status_of(call.run_id),
+        "rewound": rewound(call.run_id),
     }
 
 
-def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str, Any]:
+def _refusal(run_id: int, tool_input: Any, reason: str, status: str) -> dict[str, Any]:
+    return {
+        "id": None,
+        "decision": "deny",
+        "reason": reason,
+        "input": tool_input,
+        "approval": None,
+        "note": "",
+        "run_status": status,
+        "rewound": rewound(run_id),
+    }
+
+
+def _decide(h: Harness, call: policy.AgentCall, root: str | None) -> policy.Decision:
+    """Protected paths first (by either spelling of the path), then the rules and the rest."""
+    s = h.s
+    found = protected_decision(
+        call.tool, call.input, s.workspace, s.run.protected, s.run.protected_action
+    )
+    if found is not None:
+        return found
+    return policy.decide_agent(s.rules, call, root=root, workspace=s.workspace.path)
+
+
+def propose(
+    run_id: int,
+    *,
+    actor: str,
+    agent: str = "agent",
+    tool: str,
+    tool_input: Any,
+    call_id: str | None = None,
+    root: str | None = None,
+) -> dict[str, Any]:
     """The agent is about to run a tool: the run's policy and risk classifier decide, as for
-    Shiftlog's own agent. `ask` puts an approval in the inbox and the run waits (no compute)."""
+    Shiftlog's own agent. `ask` puts an approval in the inbox and the run waits (no compute).
+
+    `call_id` is the agent's own id of the call (Claude Code's tool_use_id): asked again with
+    it (a retried hook), the same call answers, and no second approval is made. `root` is the
+    agent's folder as it sees it: absolute paths under it are paths in the workspace."""
     if not isinstance(tool, str) or not tool.strip() or len(tool) > 100:
         raise ExternalError("tool must be a name of 1 to 100 characters", 422)
     if not isinstance(tool_input, dict):
         raise ExternalError("input must be a JSON object", 422)
-    run = _external(run_id)
-    if run.status not in DRIVABLE_STATUSES:
-        touch(run_id)
-        return {
-            "id": None,
-            "decision": "deny",
-            "reason": f"the run is {run.status.replace('_', ' ')}: {run.status_reason}".rstrip(
-                ": "
-            ),
-            "input": tool_input,
-            "approval": None,
-            "note": "",
-            "run_status": run.status,
-        }
-    block = {"id": f"ext_{uuid.uuid4().hex}", "name": tool, "input": tool_input}
-    with _driving(run_id, actor) as h:
-        s, gate = h.s, h.gate
-        name, as_ours = _as_ours(tool, tool_input)
-        if name != tool:  # a rule may name the agent's own tool ("Bash"): it means ours
-            s.read_tool_as(tool, name)
-        decision = gate.decide(name, as_ours)
-        call = ExternalCall.objects.create(
-            run_id=run_id,
-            tool_use_id=block["id"],
-            tool=tool,
-            input=tool_input,
-            decision=decision.action,
-            reason=decision.reason,
+    if call_id is not None and not AGENT_ID.fullmatch(call_id):
+        raise ExternalError(
+            "call_id must be 1 to 100 letters, digits or ._:@+- (the agent's id of the call)",
+            422,
         )
+    root = valid_root(root)
+    run = _external(run_id)
+    if call_id is not None:
+        known = (
+            ExternalCall.objects.filter(tool_use_id=call_id)
+            .select_related("approval", "approval__decided_by")
+            .first()
+        )
+        if known is not None:
+            if known.run_id != run_id or known.tool != tool or known.input != tool_input:
+                raise ExternalError(
+                    f"call {call_id} was already proposed with another tool or input"
+                )
+            touch(run_id, agent)
+            return _answer(known, known.decision)
+    if run.status not in DRIVABLE_STATUSES:
+        touch(run_id, agent)
+        return _refusal(
+            run_id,
+            tool_input,
+            f"the run is {run.status.replace('_', ' ')}: {run.status_reason}".rstrip(": "),
+            run.status,
+        )
+    if (rewind := rewound(run_id)) is not None:
+        touch(run_id, agent)
+        return _refusal(run_id, tool_input, rewind_reason(rewind), status_of(run_id))
+    block = {"id": call_id or f"ext_{uuid.uuid4().hex}", "name": tool, "input": tool_input}
+    with _driving(run_id, actor, agent) as h:
+        s, gate = h.s, h.gate
+        try:  # past a budget (its wall time, too) the run pauses and the call does not run
+            h.budgets.check()
+        except SliceOver:
+            run.refresh_from_db()
+            return _refusal(
+                run_id, tool_input, f"the run is paused: {run.status_reason}", run.status
+            )
+        decision = _decide(h, policy.agent_call(tool, tool_input, root=root), root)
+        try:
+            with transaction.atomic():
+                call = ExternalCall.objects.create(
+                    run_id=run_id,
+                    tool_use_id=block["id"],
+                    tool=tool,
+                    input=tool_input,
+                    root=root or "",
+                    decision=decision.action,
+                    reason=decision.reason,
+                )
+        except IntegrityError:
+            raise ExternalError(f"call {call_id} was already proposed; ask again") from None
         gated = GatedCall(block, tool_input, decision=decision)
         try:
             cleared = gate.clear(gated)
@@ -387,6 +477,53 @@ def propose(run_id: int, *, actor: str, tool: str, tool_input: Any) -> dict[str,
     return _answer(call, decision.action)
 
 
+def withdraw(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict[str, Any]:
+    """The agent takes a call back (its hook gave up waiting, it was interrupted): a pending
+    approval leaves the inbox, marked withdrawn, and the call can no longer run or be
+    approved. A call that already has its result cannot be withdrawn."""
+    call = _get_call(call_id, run_ids)
+    touch(call.run_id, agent)
+    if call.result_seq is not None:
+        if call.approval is not None and call.approval.status == ApprovalStatus.WITHDRAWN:
+            return _answer(call, "denied")
+        raise ExternalError(f"tool call {call_id} already has its result: it cannot be withdrawn")
+    why = f"withdrawn by its agent ({agent})"
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=call.run_id)
+        if call.approval is not None and call.approval.status == ApprovalStatus.PENDING:
+            if (
+                not Approval.objects.filter(pk=call.approval.pk)
+                .pending()
+                .update(status=ApprovalStatus.WITHDRAWN, decided_at=timezone.now(), comment=why)
+            ):
+                raise ExternalError(f"tool call {call_id} was decided meanwhile; ask again")
+            eventlog.append(
+                call.run_id,
+                EventKind.APPROVAL_DECIDED,
+                approvals.decided_payload(call.approval, ApprovalStatus.WITHDRAWN, why),
+                actor=f"external:{actor}:{agent}",
+                session_id=call.approval.session_id,
+            )
+            approvals.resume_if_all_decided(run, f"external:{actor}:{agent}")
+        # Its tool.result says it never ran; no result can follow.
+        event = eventlog.append(
+            call.run_id,
+            EventKind.TOOL_RESULT,
+            {
+                "tool_use_id": call.tool_use_id,
+                "name": call.tool,
+                "output": f"The call was {why}: it did not run.",
+                "is_error": True,
+                "data": {"withdrawn": True},
+            },
+            session_id=call.approval.session_id if call.approval else None,
+            actor=f"external:{actor}:{agent}",
+        )
+        ExternalCall.objects.filter(pk=call.pk).update(result_seq=event.seq)
+    call = _get_call(call_id, run_ids)
+    return _answer(call, "denied")
+
+
 def _called(h: Harness, call: ExternalCall, tool_input: dict[str, Any]) -> None:
     """The call is cleared to run: its tool.call event, before the agent runs it."""
     s = h.s
@@ -407,11 +544,11 @@ def _get_call(call_id: str, run_ids) -> ExternalCall:
     return call
 
 
-def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
+def decision(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict[str, Any]:
     """Where a call stands: pending while a person has not decided; once they have, the call is
     cleared (its tool.call recorded, with a person's edit) or its denial recorded."""
     call = _get_call(call_id, run_ids)
-    touch(call.run_id)
+    touch(call.run_id, agent)
     if call.decision != ExternalCallDecision.ASK:
         return _answer(call, call.decision)
     approval = call.approval
@@ -427,7 +564,7 @@ def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
     approved = approval.status == ApprovalStatus.APPROVED
     settled = call.called_seq is not None or call.result_seq is not None
     if not settled and status_of(call.run_id) in DRIVABLE_STATUSES:
-        with _driving(call.run_id, actor) as h:
+        with _driving(call.run_id, actor, agent) as h:
             call = _get_call(call_id, run_ids)
             if call.called_seq is None and call.result_seq is None:
                 block = {"id": call.tool_use_id, "name": call.tool, "input": call.input}
@@ -441,7 +578,9 @@ def decision(call_id: str, *, run_ids, actor: str) -> dict[str, Any]:
     return _answer(call, "approved" if approved else "denied")
 
 
-def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) -> dict[str, Any]:
+def result(
+    call_id: str, *, run_ids, actor: str, agent: str = "agent", output: Any, is_error: bool
+) -> dict[str, Any]:
     """What the tool did, once per call, only for a call that was cleared to run."""
     if not isinstance(output, str):
         raise ExternalError("output must be text", 422)
@@ -457,7 +596,7 @@ def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) ->
     limit = settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"]
     if len(output) > limit:
         output = output[:limit] + f"\n[… {len(output) - limit} characters cut]"
-    with _driving(call.run_id, actor) as h:
+    with _driving(call.run_id, actor, agent) as h:
         call = _get_call(call_id, run_ids)
         if call.result_seq is not None:
             raise ExternalError(f"tool call {call_id} already has its result")
@@ -470,20 +609,31 @@ def result(call_id: str, *, run_ids, actor: str, output: Any, is_error: bool) ->
         h.s.record_result(block, sandbox.ToolResult(output=output, is_error=bool(is_error)))
         call.result_seq = h.s.known_seq
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=call.result_seq)
-    return {"seq": call.result_seq, "run_status": status_of(call.run_id)}
+    return {
+        "seq": call.result_seq,
+        "run_status": status_of(call.run_id),
+        "rewound": rewound(call.run_id),
+    }
 
 
 # --- the workspace and finishing --------------------------------------------------------------
-def upload_workspace(run_id: int, *, actor: str, archive: IO[bytes]) -> dict[str, Any]:
-    """The agent's workspace, as a .tar.gz, becomes the run's workspace and a checkpoint."""
-    _external(run_id)
+def upload_workspace(
+    run_id: int, *, actor: str, agent: str = "agent", archive: IO[bytes]
+) -> dict[str, Any]:
+    """The agent's workspace, as a .tar.gz, becomes the run's workspace and a checkpoint. Its
+    files may hold no more than the run's workspace cap (`--max-workspace-mb`), as a worker's
+    workspace may not."""
+    run = _external(run_id)
     cap = settings.SHIFTLOG["API_MAX_UPLOAD_MB"] * 1024 * 1024
+    run_cap = isolation.workspace_cap(run)
+    if run_cap:
+        cap = min(cap, run_cap)
     root = Path(settings.SHIFTLOG["WORKSPACE_ROOT"])
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".upload-{run_id}-", dir=root))
     try:
         _unpack(archive, staging, cap)
-        with _driving(run_id, actor) as h:
+        with _driving(run_id, actor, agent) as h:
             workspace = h.s.run.workspace_path
             old = workspace.with_name(f".{workspace.name}-old-{uuid.uuid4().hex[:8]}")
             if workspace.exists():
@@ -513,47 +663,10 @@ def _unpack(archive: IO[bytes], into: Path, cap: int) -> None:
                     raise ExternalError(f"{member.name}: only files, folders and links", 422)
                 total += member.size
                 if total > cap:
-                    raise ExternalError(f"the workspace is over {cap // (1024 * 1024)} MB", 413)
+                    raise ExternalError(f"the workspace is over {cap / (1024 * 1024):g} MB", 413)
                 members.append(member)
             tar.extractall(into, members=members, filter="data")
     except ExternalError:
         raise
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
         raise ExternalError(f"not a usable .tar.gz: {e}", 422) from None
-
-
-def finish(run_id: int, *, actor: str, summary: Any) -> dict[str, Any]:
-    """The agent says it is done: the harness runs the checks itself, in its sandbox, on the
-    workspace last uploaded. Only passing checks make the run succeed."""
-    try:
-        summary = sandbox.validate_input("finish", {"summary": summary})["summary"]
-    except sandbox.ToolInputError as e:
-        raise ExternalError(str(e), 422) from None
-    block = {"id": f"ext_{uuid.uuid4().hex}", "name": "finish", "input": {"summary": summary}}
-    with _driving(run_id, actor) as h:
-        s = h.s
-        s.append(call_event(s, block))
-        since = s.known_seq
-        with suppress(SliceOver):
-            h.finish.finish(block)
-    rows = Event.objects.filter(run_id=run_id, seq__gt=since).order_by("seq")
-    checks = [
-        {k: e.payload.get(k) for k in ("command", "passed", "exit_code", "output", "timed_out")}
-        for e in rows
-        if e.kind == EventKind.CHECK_RESULT
-    ]
-    told = next(
-        (
-            e.payload
-            for e in rows
-            if e.kind == EventKind.TOOL_RESULT and e.payload.get("tool_use_id") == block["id"]
-        ),
-        {},
-    )
-    status = status_of(run_id)
-    return {
-        "passed": status == RunStatus.SUCCEEDED,
-        "run_status": status,
-        "checks": checks,
-        "summary": told.get("output", ""),
-    }

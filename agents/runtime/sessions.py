@@ -121,9 +121,13 @@ class Sessions:
             # After a rewind or a fork: start from the checkpoint's state plus the person's note.
             handoff = resume.handoff
             if resume.note:
-                rewind_note = (
-                    f"(with the rewind to checkpoint {resume.checkpoint_id}) {resume.note}"
+                # Named by its number, as people see it, not by its row's id.
+                number = (
+                    Checkpoint.objects.filter(pk=resume.checkpoint_id)
+                    .values_list("number", flat=True)
+                    .first()
                 )
+                rewind_note = f"(with the rewind to checkpoint {number}) {resume.note}"
         parts = prompts.wake_up_parts(
             goal=run.goal,
             checks=run.checks,

@@ -206,3 +206,22 @@ def test_the_async_twin():
     assert finished.passed and run.succeeded
     assert [r.method for r in rec.requests] == ["POST", "GET", "GET", "POST", "POST"]
     assert rec.requests[1].headers["authorization"] == "Bearer shl_test"
+
+
+def test_finish_waits_for_a_queued_verdict(make_client):
+    """A current server answers finish at once (202, checking) and runs the checks in a worker:
+    the client long-polls the verdict, and the call returns it as before."""
+    verdict = {"id": "ext_f1", "state": "done", "passed": True, "run_status": "succeeded",
+               "summary": "ok", "checks": [{"command": "true", "passed": True, "exit_code": 0}]}  # fmt: skip
+    checking = {**verdict, "state": "checking", "passed": False, "run_status": "running"}
+    client, rec = make_client(
+        ok({"id": "ext_f1", "state": "checking", "run_status": "running"}, 202),
+        ok(checking),
+        ok(verdict),
+    )
+    run = ExternalRun(client, 3)
+    result = run.finish("done")
+    assert result.passed and run.succeeded
+    assert [r.method for r in rec.requests] == ["POST", "GET", "GET"]
+    assert rec.requests[1].url.path == "/api/v1/runs/3/finish/ext_f1"
+    assert rec.requests[1].url.params["wait"]

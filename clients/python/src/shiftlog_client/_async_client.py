@@ -67,6 +67,7 @@ class AsyncClient:
         max_retry_wait: float = 60.0,
         reconnect_delay: float = 1.0,
         max_reconnects: int = 5,
+        agent: str | None = None,
     ) -> None:
         self._settings = Settings(
             base_url,
@@ -76,6 +77,7 @@ class AsyncClient:
             max_retry_wait=max_retry_wait,
             reconnect_delay=reconnect_delay,
             max_reconnects=max_reconnects,
+            agent=agent,
         )
         self._http = httpx.AsyncClient(
             base_url=self._settings.base_url,
@@ -395,8 +397,22 @@ class AsyncClient:
             )
         )
 
-    async def request_tool_call(self, run_id: int, tool: str, input: Any) -> ToolDecision:
-        return await self._send(ops.request_tool_call(run_id, tool, input))
+    async def request_tool_call(
+        self,
+        run_id: int,
+        tool: str,
+        input: Any,
+        *,
+        call_id: str | None = None,
+        root: str | None = None,
+    ) -> ToolDecision:
+        """Ask before running a tool. `call_id`: the agent's own id of the call (asked again,
+        the same answer); `root`: its folder, for absolute paths under it."""
+        return await self._send(ops.request_tool_call(run_id, tool, input, call_id, root))
+
+    async def withdraw_tool_call(self, call_id: str) -> ToolDecision:
+        """Take a call back before it runs (its approval leaves the inbox, withdrawn)."""
+        return await self._send(ops.withdraw_tool_call(call_id))
 
     async def get_tool_call(self, call_id: str, *, wait: float | None = None) -> ToolDecision:
         return await self._send(ops.get_tool_call(call_id, wait, self._settings.timeout))
@@ -431,7 +447,13 @@ class AsyncClient:
         return await self._send(ops.handoff(run_id, summary, done, next_steps, open_questions))
 
     async def finish(self, run_id: int, summary: str) -> FinishResult:
-        return await self._send(ops.finish(run_id, summary))
+        """The agent says it is done; waits for the harness's checks and returns the verdict."""
+        answer = await self._send(ops.finish(run_id, summary))
+        while answer.get("state") == "checking":
+            answer = await self._send(
+                ops.finish_verdict(run_id, answer["id"], self._settings.timeout)
+            )
+        return FinishResult.from_json(answer)
 
 
 async def _acopy(chunks: AsyncIterator[bytes], out: IO[bytes]) -> int:

@@ -59,6 +59,7 @@ class Settings:
         max_retry_wait: float,
         reconnect_delay: float,
         max_reconnects: int,
+        agent: str | None = None,
     ) -> None:
         if not token:
             raise ValueError("a token is required (manage.py create_token prints one)")
@@ -69,13 +70,15 @@ class Settings:
         self.max_retry_wait = float(max_retry_wait)
         self.reconnect_delay = float(reconnect_delay)
         self.max_reconnects = int(max_reconnects)
+        # The agent's stable id in the run's log (one agent drives an external run at a time).
+        self.agent = agent
 
     def headers(self) -> dict[str, str]:
         return {
             "Authorization": f"Bearer {self.token}",
             "Accept": "application/json",
             "User-Agent": f"shiftlog-client/{__version__}",
-        }
+        } | ({"Shiftlog-Agent": self.agent} if self.agent else {})
 
     def call_headers(self, method: str, headers: dict[str, str] | None) -> dict[str, str]:
         """A call's headers: a POST gets an Idempotency-Key of its own, the same on each retry."""

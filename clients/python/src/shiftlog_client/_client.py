@@ -70,6 +70,7 @@ class Client:
         max_retry_wait: float = 60.0,
         reconnect_delay: float = 1.0,
         max_reconnects: int = 5,
+        agent: str | None = None,
     ) -> None:
         self._settings = Settings(
             base_url,
@@ -79,6 +80,7 @@ class Client:
             max_retry_wait=max_retry_wait,
             reconnect_delay=reconnect_delay,
             max_reconnects=max_reconnects,
+            agent=agent,
         )
         self._http = httpx.Client(
             base_url=self._settings.base_url,
@@ -412,8 +414,22 @@ class Client:
             )
         )
 
-    def request_tool_call(self, run_id: int, tool: str, input: Any) -> ToolDecision:
-        return self._send(ops.request_tool_call(run_id, tool, input))
+    def request_tool_call(
+        self,
+        run_id: int,
+        tool: str,
+        input: Any,
+        *,
+        call_id: str | None = None,
+        root: str | None = None,
+    ) -> ToolDecision:
+        """Ask before running a tool. `call_id`: the agent's own id of the call (asked again,
+        the same answer); `root`: its folder, for absolute paths under it."""
+        return self._send(ops.request_tool_call(run_id, tool, input, call_id, root))
+
+    def withdraw_tool_call(self, call_id: str) -> ToolDecision:
+        """Take a call back before it runs (its approval leaves the inbox, withdrawn)."""
+        return self._send(ops.withdraw_tool_call(call_id))
 
     def get_tool_call(self, call_id: str, *, wait: float | None = None) -> ToolDecision:
         """A tool call's decision; with `wait` (≤ 60 s) the server holds the answer until a
@@ -448,7 +464,11 @@ class Client:
         return self._send(ops.handoff(run_id, summary, done, next_steps, open_questions))
 
     def finish(self, run_id: int, summary: str) -> FinishResult:
-        return self._send(ops.finish(run_id, summary))
+        """The agent says it is done; waits for the harness's checks and returns the verdict."""
+        answer = self._send(ops.finish(run_id, summary))
+        while answer.get("state") == "checking":
+            answer = self._send(ops.finish_verdict(run_id, answer["id"], self._settings.timeout))
+        return FinishResult.from_json(answer)
 
 
 def _copy(chunks: Iterable[bytes], out: IO[bytes]) -> int:

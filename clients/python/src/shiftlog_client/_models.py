@@ -413,6 +413,12 @@ class ToolDecision:
     def denied(self) -> bool:
         return self.decision in ("deny", "denied")
 
+    @property
+    def rewound(self) -> dict[str, Any] | None:
+        """A rewind the agent has not taken in yet ({"checkpoint": number, "by", "note"}):
+        restore the workspace from that checkpoint and read the context again."""
+        return self.raw.get("rewound")
+
     @classmethod
     def from_json(cls, data: dict[str, Any], *, fallback_input: Any = None) -> ToolDecision:
         return cls(

@@ -21,7 +21,6 @@ from ._models import (
     Diff,
     Event,
     EventPage,
-    FinishResult,
     ForkPreview,
     Page,
     ResultAck,
@@ -280,14 +279,26 @@ def record_turn(
     return Call("POST", path, lambda r: TurnResult.from_json(r.json()), json=body)
 
 
-def request_tool_call(run_id: int, tool: str, input: Any) -> Call[ToolDecision]:
+def request_tool_call(
+    run_id: int, tool: str, input: Any, call_id: str | None = None, root: str | None = None
+) -> Call[ToolDecision]:
     path = f"{PREFIX}/runs/{int(run_id)}/tool-calls"
+    body: dict[str, Any] = {"tool": tool, "input": input}
+    if call_id is not None:
+        body["call_id"] = call_id
+    if root is not None:
+        body["root"] = root
     return Call(
         "POST",
         path,
         lambda r: ToolDecision.from_json(r.json(), fallback_input=input),
-        json={"tool": tool, "input": input},
+        json=body,
     )
+
+
+def withdraw_tool_call(call_id: str) -> Call[ToolDecision]:
+    path = f"{PREFIX}/tool-calls/{call_id}/withdraw"
+    return Call("POST", path, lambda r: ToolDecision.from_json(r.json()), json={})
 
 
 def get_tool_call(call_id: str, wait: float | None, timeout: float) -> Call[ToolDecision]:
@@ -347,10 +358,21 @@ def handoff(
     return Call("POST", path, parse, json=body, read_timeout=CHECKS_TIMEOUT)
 
 
-def finish(run_id: int, summary: str) -> Call[FinishResult]:
+def finish(run_id: int, summary: str) -> Call[dict[str, Any]]:
+    """The agent says it is done. A current server answers at once (202, `state: checking`: the
+    checks run in a worker; `finish_verdict` waits for them); an older one held the request
+    for the checks and answered the verdict."""
     path = f"{PREFIX}/runs/{int(run_id)}/finish"
-    parse = lambda r: FinishResult.from_json(r.json())  # noqa: E731
-    return Call("POST", path, parse, json={"summary": summary}, read_timeout=CHECKS_TIMEOUT)
+    return Call(
+        "POST", path, lambda r: r.json(), json={"summary": summary}, read_timeout=CHECKS_TIMEOUT
+    )
+
+
+def finish_verdict(run_id: int, finish_id: str, timeout: float) -> Call[dict[str, Any]]:
+    path = f"{PREFIX}/runs/{int(run_id)}/finish/{finish_id}"
+    return Call(
+        "GET", path, lambda r: r.json(), params={"wait": MAX_WAIT}, read_timeout=MAX_WAIT + timeout
+    )
 
 
 def file_chunks(stream: IO[bytes], size: int = 64 * 1024) -> Iterator[bytes]:
