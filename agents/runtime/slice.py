@@ -49,6 +49,8 @@ from agents.runtime.conversation import Conversation
 from agents.snapshots import SnapshotResult
 
 HEARTBEAT_SECONDS = 1.0
+# While a model answers, the lease is renewed (and a cancel noticed) at least this often.
+MODEL_RENEW_MAX_SECONDS = 5.0
 T = TypeVar("T")
 
 
@@ -362,9 +364,9 @@ class Slice:
         Nothing else renews the lease while the model answers: a call longer than the lease
         (30 s by default) would let the reaper hand the run to another worker, which would make
         the same call again, and again if it is as slow. So the call runs on a pool thread and
-        this thread renews the lease every HEARTBEAT_SECONDS until it answers. A run cancelled
-        meanwhile calls `cancelled` (which ends the slice) without waiting for the answer; a
-        lease lost raises LeaseLost. The call must not touch the database: it is another
+        this thread renews the lease every third of it (at most every 5 s) until it answers. A
+        run cancelled meanwhile calls `cancelled` (which ends the slice) without waiting for the
+        answer; a lease lost raises LeaseLost. The call must not touch the database: it is another
         thread's. The thread holds no database connection while it waits (agents/dbconn.py).
         A provider that answers at once (`instant`) is called here."""
         if getattr(self.provider, "instant", False):
@@ -373,9 +375,12 @@ class Slice:
         # No database connection is held while the model answers (seconds to minutes): a
         # pooled one goes back to the pool now and after each renewal.
         dbconn.release()
+        # A third of the lease, at most 5 s: hundreds of slices waiting at once each renewing
+        # every second cost more of the process's CPU than their steps (issue 32's 300 threads).
+        every = max(0.2, min(MODEL_RENEW_MAX_SECONDS, settings.SHIFTLOG["LEASE_SECONDS"] / 3))
         while True:
             try:
-                return future.result(timeout=HEARTBEAT_SECONDS)
+                return future.result(timeout=every)
             except TimeoutError:
                 if future.done():
                     raise  # the call itself timed out
