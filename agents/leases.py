@@ -35,9 +35,11 @@ def claim(run_id: int, owner: str, *, external: bool = False) -> bool:
         runs = runs.filter(provider=Provider.EXTERNAL)
     else:
         runs = runs.exclude(provider=Provider.EXTERNAL)
-    claimed = runs.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)).update(
-        lease_owner=owner, lease_expires_at=_expiry()
-    )
+    # A worker that already holds the lease takes it again (a slice tried again after the
+    # database was busy: agents.runtime.loop.drive).
+    claimed = runs.filter(
+        Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner)
+    ).update(lease_owner=owner, lease_expires_at=_expiry())
     return claimed == 1
 
 

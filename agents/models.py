@@ -42,6 +42,9 @@ class PauseCause(models.TextChoices):
     FLEET = "fleet"  # its fleet's parent was paused: resuming the parent resumes it
     REWIND = "rewind"  # stopped between steps to be rewound
     STORE_DOWN = "store_down"  # the blob store did not answer: the reaper resumes it
+    DATABASE = (
+        "database"  # the database stayed busy or away past the retries: the reaper resumes it
+    )
     DISK_FULL = "disk_full"
     APPROVAL_EXPIRED = "approval_expired"
     PROVIDER = "provider"  # the model's API refused for now (rate, overload, credit)

@@ -83,7 +83,24 @@ def reap(now=None) -> list[int]:
     reissue_lost_rewinds(now, emptied=emptied)
     notifications.requeue_lost(now, after=lost_after)
     resume_when_store_is_back()
+    resume_when_database_is_back()
     return requeued
+
+
+def resume_when_database_is_back() -> list[int]:
+    """Runs paused because the database stayed busy past a slice's retries resume: the reaper
+    got this far, so the database answers again."""
+    resumed = []
+    paused = Run.objects.filter(status=RunStatus.PAUSED, pause_cause=PauseCause.DATABASE)
+    for run_id in paused.values_list("pk", flat=True):
+        try:
+            services.resume_run(run_id, actor="harness")
+        except services.RunError as e:
+            log.info("run %s stays paused: %s", run_id, e)
+            continue
+        log.warning("run %s: the database answers again; resumed", run_id)
+        resumed.append(run_id)
+    return resumed
 
 
 def resume_when_store_is_back() -> list[int]:

@@ -63,7 +63,7 @@ LINEAR_TOLERANCE = 0.25  # bytes/step of the longest run within 25% of the 1,000
 
 
 # --- child: one run in a fresh database -----------------------------------------------------
-def _setup_django(data_dir: str, database_url: str | None) -> None:
+def _setup_django(data_dir: str, database_url: str | None, sqlite_sync: str = "NORMAL") -> None:
     os.environ["SHIFTLOG_DATA_DIR"] = data_dir
     os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
     os.environ["SHIFTLOG_HUEY_IMMEDIATE"] = "false"
@@ -80,6 +80,7 @@ def _setup_django(data_dir: str, database_url: str | None) -> None:
         os.environ.pop(name, None)
     if database_url:
         os.environ["DATABASE_URL"] = database_url
+    os.environ["SHIFTLOG_SQLITE_SYNC"] = sqlite_sync
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -146,13 +147,37 @@ def _window(deltas: dict[int, float], first: int, last: int) -> dict | None:
 def child(args: argparse.Namespace) -> dict:
     data_dir = tempfile.mkdtemp(prefix="shiftlog-bench-")
     try:
-        _setup_django(data_dir, args.database_url)
+        _setup_django(data_dir, args.database_url, args.sqlite_sync)
         return _measure(args, Path(data_dir))
     finally:
         from django.db import connections
 
         connections.close_all()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _durability() -> str:
+    """How durable a commit is on the database measured, read back from the connection."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA synchronous")
+            level = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[cursor.fetchone()[0]]
+            cursor.execute("PRAGMA journal_mode")
+            mode = cursor.fetchone()[0]
+            note = (
+                "an fsync per commit: safe against a power loss"
+                if level in {"FULL", "EXTRA"}
+                else "no fsync per commit: safe against a crash, the last commits may be lost "
+                "to a power loss"
+            )
+            return f"SQLite journal_mode={mode}, synchronous={level} ({note})"
+        cursor.execute("SHOW fsync")
+        fsync = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        commit = cursor.fetchone()[0]
+        return f"PostgreSQL fsync={fsync}, synchronous_commit={commit}"
 
 
 def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
@@ -273,6 +298,7 @@ def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
         "db_final_bytes": final,
         "db_growth_bytes": final - baseline,
         "vendor": connection.vendor,
+        "durability": _durability(),
     }
     if connection.vendor == "postgresql":
         result["server_version"] = connection.pg_version
@@ -332,6 +358,7 @@ def _run_child(options: dict, db: str) -> dict:
         command += ["--profile", "--profile-lines", str(options["profile_lines"])]
     if database_url:
         command += ["--database-url", database_url]
+    command += ["--sqlite-sync", "FULL" if db == "sqlite-full" else "NORMAL"]
     label = f"{options['scenario']}/{options['tool']}/{options['steps']} steps on {db}"
     print(f"  running {label} ...", end="", flush=True, file=sys.stderr)
     started = time.perf_counter()
@@ -393,6 +420,8 @@ def _report(
         "handoff and new slice between them",
     }[scenario]
     out.append(f"### {db}, {scenario}: {title} (tool: {longest['tool']})")
+    out.append("")
+    out.append(f"Durability: {longest['durability']}.")
     out.append("")
     out.append(
         "| step | window | ms/step median | p90 | mean | DB growth (fresh run of N steps) "
@@ -485,7 +514,7 @@ def _verdict(longest: dict, sized: dict[int, dict], steps: int, db: str) -> list
     lines.append(
         f"- under {TARGET_MS_AT_10K:g} ms/step at step {steps:,}: "
         f"{'MET' if fast else 'NOT MET'} (median {last['median_ms']:.3f} ms"
-        f"{'' if db == 'sqlite' else '; the target is stated for SQLite'})"
+        f"{'' if db.startswith('sqlite') else '; the target is stated for SQLite'})"
     )
     lines.append(
         f"- flat in history length: {'MET' if flat else 'NOT MET'} (median at ~{steps:,} is "
@@ -557,6 +586,17 @@ def _summary(results: dict, lg: dict | None, steps: int, load: dict) -> dict:
 
     out: dict = {
         "db": (single or rotating or {}).get("vendor"),
+        "durability": (single or rotating or {}).get("durability"),
+        # Each database (and SQLite sync level) measured: its durability and ms/step.
+        "by_database": {
+            f"{db}/{sc}": {
+                "durability": r.get("durability"),
+                "ms_per_step_first": window(r, "100"),
+                "ms_per_step_last": window(r, str(steps)),
+            }
+            for (db, sc), r in results.items()
+            if sc in {"single", "rotating"}
+        },
         "steps": steps,
         "ms_per_step_first": window(single, "100"),
         "ms_per_step_mid": window(single, "1000"),
@@ -622,6 +662,12 @@ def parent(args: argparse.Namespace) -> int:
     OPTIONS.update(turns_per_session=args.turns_per_session, profile_lines=args.profile_lines)
     load = {"start": _load()}
     dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    if "sqlite" in dbs and args.sqlite_sync != "NORMAL":
+        # "sqlite-full": SQLite with SHIFTLOG_SQLITE_SYNC=FULL (an fsync per commit).
+        at = dbs.index("sqlite")
+        dbs[at : at + 1] = (
+            ["sqlite", "sqlite-full"] if args.sqlite_sync == "both" else ["sqlite-full"]
+        )
     notes = []
     if "postgres" in dbs:
         ok, why = _pg_available()
@@ -781,10 +827,18 @@ def main() -> int:
         "--profile", action="store_true", help="also profile one single-session run with cProfile"
     )
     parser.add_argument("--profile-lines", type=int, default=30)
+    parser.add_argument(
+        "--sqlite-sync",
+        type=str.upper,
+        choices=["NORMAL", "FULL", "BOTH"],
+        default="NORMAL",
+        help="SQLite's SHIFTLOG_SQLITE_SYNC for the measurement (both: a row at each level)",
+    )
     # Internal: one measurement in this process.
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.sqlite_sync = "both" if args.sqlite_sync == "BOTH" else args.sqlite_sync
     if args.steps < 2:
         parser.error("--steps must be at least 2")
     if args.child:

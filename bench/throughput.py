@@ -91,6 +91,12 @@ NOTES = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i
 RISKY_COMMAND = "curl -s http://example.invalid/"
 TERMINAL = {"succeeded", "failed", "cancelled", "paused"}
 SAMPLE_SECONDS = 0.5
+DURABILITY = {
+    "sqlite": "SQLite WAL, synchronous=NORMAL (the default SHIFTLOG_SQLITE_SYNC)",
+    "postgres": "PostgreSQL server defaults (fsync on, synchronous_commit on)",
+}
+# The consumers' role may hold this many connections (PostgreSQL mode); --exhaust takes them all.
+ROLE_LIMIT = 60
 PR_SET_PDEATHSIG = 1
 
 
@@ -135,6 +141,8 @@ def _raise_on_sigterm() -> None:
 def _child_env() -> dict[str, str]:
     """The environment the consumers get: the child's own settings (set by the parent)."""
     env = dict(os.environ)
+    if os.environ.get("SHIFTLOG_BENCH_CONSUMER_DB"):
+        env["DATABASE_URL"] = os.environ["SHIFTLOG_BENCH_CONSUMER_DB"]
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "dashboard.settings",
@@ -225,6 +233,89 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
+def _consumer_connections() -> int | None:
+    """The consumers' PostgreSQL connections now (their role's backends); None on SQLite."""
+    role = os.environ.get("SHIFTLOG_BENCH_ROLE")
+    if not role:
+        return None
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND pid <> ALL(%s)",
+            [role, OUTAGE_PIDS],
+        )
+        return cursor.fetchone()[0]
+
+
+OUTAGE_PIDS: list[int] = []
+
+
+class Outage:
+    """--exhaust S: S seconds into the measurement (--exhaust-after), every connection the
+    consumers' role may have is taken by this process and the consumers' own are ended, so
+    PostgreSQL refuses them ("too many connections for role", SQLSTATE 53300, as a full
+    server's "too many clients"); after S seconds they are given back."""
+
+    def __init__(self, seconds: float, *, start_after: float) -> None:
+        self.seconds = seconds
+        self.start_at = time.monotonic() + start_after
+        self.held: list = []
+        self.started = self.ended = None
+
+    def step(self, sample: dict) -> None:
+        if not self.seconds or not os.environ.get("SHIFTLOG_BENCH_ROLE"):
+            return
+        now = time.monotonic()
+        if self.started is None and now >= self.start_at:
+            self.started = now
+            print(f"outage: taking every connection for {self.seconds:g} s", flush=True)
+        if self.started is not None and self.ended is None:
+            if now - self.started >= self.seconds:
+                self.end()
+            else:
+                self._take()
+        sample["outage"] = self.started is not None and self.ended is None
+
+    def _take(self) -> None:
+        import psycopg
+        from django.db import connection
+
+        url = os.environ["SHIFTLOG_BENCH_CONSUMER_DB"]
+        for _ in range(3):
+            while len(self.held) < ROLE_LIMIT:
+                try:
+                    conn = psycopg.connect(url, autocommit=True, connect_timeout=2)
+                except psycopg.OperationalError:
+                    break
+                self.held.append(conn)
+                OUTAGE_PIDS.append(conn.info.backend_pid)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE usename = %s AND pid <> ALL(%s)",
+                    [os.environ["SHIFTLOG_BENCH_ROLE"], OUTAGE_PIDS],
+                )
+            if len(self.held) >= ROLE_LIMIT:
+                break
+            time.sleep(0.05)
+
+    def end(self) -> None:
+        if self.started is not None and self.ended is None:
+            self.ended = time.monotonic()
+            for conn in self.held:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self.held.clear()
+            OUTAGE_PIDS.clear()
+            print("outage: connections given back", flush=True)
+
+    def report(self) -> dict | None:
+        if self.started is None:
+            return None
+        return {"seconds": (self.ended or time.monotonic()) - self.started}
+
+
 def child(args: argparse.Namespace) -> dict:
     _raise_on_sigterm()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
@@ -235,6 +326,12 @@ def child(args: argparse.Namespace) -> dict:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    if role := os.environ.get("SHIFTLOG_BENCH_ROLE"):
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"')
+            cursor.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
 
     data_dir = Path(os.environ["SHIFTLOG_DATA_DIR"])
     consumers: list[tuple[subprocess.Popen, Path]] = []
@@ -337,7 +434,8 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
     created_s = time.time() - created_at
 
     samples = []
-    budget = args.timeout
+    outage = Outage(args.exhaust, start_after=args.exhaust_after)
+    budget = args.timeout + args.exhaust
     deadline = time.monotonic() + budget
     while True:
         statuses = dict(Run.objects.filter(pk__in=normal).values_list("pk", "status"))
@@ -345,7 +443,9 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
         sample = {
             "t": time.time(),
             "normal_leased": Run.objects.filter(pk__in=normal).exclude(lease_owner="").count(),
+            "db_connections": _consumer_connections(),
         }
+        outage.step(sample)
         if waiting:
             sample["waiting_leased"] = (
                 Run.objects.filter(pk__in=waiting)
@@ -366,6 +466,7 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
         time.sleep(SAMPLE_SECONDS)
     all_done_s = time.time() - created_at
     timed_out = done < len(normal)
+    outage.end()
 
     # Let in-flight bookkeeping settle (e.g. the slice returning after `succeeded`).
     time.sleep(0.5)
@@ -424,6 +525,12 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
         "window_s": window,
         "steps_per_s": (len(rows) - 1) / window if window else 0.0,
         "ceiling": min(args.runs, args.procs * args.threads) / args.delay,
+        "failed_runs": len(normal) - by_status.get(RunStatus.SUCCEEDED, 0),
+        "peak_db_connections": max(
+            (s["db_connections"] for s in samples if s["db_connections"] is not None),
+            default=None,
+        ),
+        "outage": outage.report(),
         "gap_p50_ms": _percentile(gaps, 0.50),
         "gap_p99_ms": _percentile(gaps, 0.99),
         "gap_max_ms": max(gaps) if gaps else None,
@@ -499,6 +606,13 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
             db_name = f"shiftlog_bench_tp_{token}"
             pg_admin(f'CREATE DATABASE "{db_name}"')
             env["DATABASE_URL"] = f"{PG_SERVER}/{db_name}"
+            # The consumers log in as a role of their own, so their connections can be counted
+            # (and, with --exhaust, all taken) without touching anyone else's on the server.
+            role = f"shiftlog_bench_tp_{token}"
+            pg_admin(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT {ROLE_LIMIT}')
+            host = PG_SERVER.split("://", 1)[1].rsplit("@", 1)[-1]
+            env["SHIFTLOG_BENCH_CONSUMER_DB"] = f"postgres://{role}@{host}/{db_name}"
+            env["SHIFTLOG_BENCH_ROLE"] = role
             redis_db = claim_redis_db(token)
             huey_name = f"shiftlog_bench_tp_{token}"
             env["REDIS_URL"] = f"{REDIS_SERVER}/{redis_db}"
@@ -508,7 +622,8 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
         command += ["--threads", str(args.threads), "--runs", str(args.runs)]
         command += ["--turns", str(args.turns), "--delay", str(args.delay)]
         command += ["--turns-per-session", str(args.turns_per_session)]
-        command += ["--timeout", str(args.timeout)]
+        command += ["--timeout", str(args.timeout), "--exhaust", str(args.exhaust)]
+        command += ["--exhaust-after", str(args.exhaust_after)]
         out_path = data_dir / "child.out"
         with out_path.open("wb") as out:
             proc = subprocess.Popen(
@@ -546,6 +661,8 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
         if db_name:
             with contextlib.suppress(Exception):
                 pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+            with contextlib.suppress(Exception):
+                pg_admin(f'DROP ROLE IF EXISTS "shiftlog_bench_tp_{token}"')
         if redis_db is not None and huey_name:
             with contextlib.suppress(Exception):
                 left = release_redis_db(redis_db, token, huey_name)
@@ -662,6 +779,35 @@ def parent(args: argparse.Namespace) -> int:
         return 130
     total = time.perf_counter() - started
     results = [r for rows in by_mode.values() for r in rows]
+    if args.json:
+        end_load = os.getloadavg()[0]
+        for r in results:
+            print(
+                json.dumps(
+                    {
+                        "mode": r["mode"],
+                        "procs": r["procs"],
+                        "threads": r["threads"],
+                        "runs": r["runs"],
+                        "turns": r["turns"],
+                        "delay_s": r["delay"],
+                        "waiting": r["waiting"],
+                        "steps_per_s": round(r["steps_per_s"], 2),
+                        "ideal_steps_per_s": round(r["ceiling"], 2),
+                        "of_ideal": round(r["steps_per_s"] / r["ceiling"], 3)
+                        if r["ceiling"]
+                        else None,
+                        "failed_runs": r["failed_runs"],
+                        "by_status": r["by_status"],
+                        "reasons": r["reasons"],
+                        "peak_db_connections": r["peak_db_connections"],
+                        "outage": r["outage"],
+                        "durability": DURABILITY[r["mode"]],
+                        "load_average_1m": {"start": round(load, 2), "end": round(end_load, 2)},
+                    }
+                )
+            )
+        return 1 if any(r["failed_runs"] for r in results) else 0
 
     print(
         f"# Shiftlog throughput: {args.runs} concurrent scripted runs x {args.turns} turns, "
@@ -718,6 +864,18 @@ def main() -> int:
     )
     parser.add_argument("--timeout", type=float, default=None, help="per measurement, seconds")
     parser.add_argument("--quick", action="store_true", help="8 runs x 12 turns, 1 and 2 procs")
+    parser.add_argument(
+        "--exhaust",
+        type=float,
+        default=0.0,
+        help="postgres: refuse the consumers every connection for this many seconds",
+    )
+    parser.add_argument(
+        "--exhaust-after", type=float, default=5.0, help="seconds into the measurement"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the measurements as JSON, one object a line"
+    )
     # Internal: one measurement in this process.
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -224,11 +224,43 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     import dj_database_url
 
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # A bounded pool of connections per process (psycopg_pool), whatever the thread count: a
+    # thread takes a connection only while it uses the database and gives it back before a
+    # model call or a tool run (agents/dbconn.py), so hundreds of worker threads share
+    # SHIFTLOG_DB_POOL_SIZE connections. A thread that finds none free waits up to
+    # SHIFTLOG_DB_POOL_TIMEOUT seconds; a slice that still gets none is retried with backoff
+    # (agents.runtime.loop.drive). SHIFTLOG_DB_POOL_SIZE=0 turns the pool off (a connection per
+    # thread, kept SHIFTLOG_DB_CONN_MAX_AGE seconds).
+    DB_POOL_SIZE = int(env_number("SHIFTLOG_DB_POOL_SIZE", 20))
+    if DB_POOL_SIZE:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+        DB_POOL_MIN = int(env_number("SHIFTLOG_DB_POOL_MIN", 2))
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(DB_POOL_MIN, DB_POOL_SIZE),
+            "max_size": DB_POOL_SIZE,
+            "timeout": env_number("SHIFTLOG_DB_POOL_TIMEOUT", 30.0, float),
+        }
+    else:
+        DATABASES = {
+            "default": dj_database_url.parse(
+                DATABASE_URL, conn_max_age=int(env_number("SHIFTLOG_DB_CONN_MAX_AGE", 60))
+            )
+        }
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// URL (or unset for SQLite)")
     require("postgres", "DATABASE_URL (PostgreSQL)")
 else:
+    # How hard SQLite syncs a commit (SHIFTLOG_SQLITE_SYNC). NORMAL, the default: in WAL mode a
+    # commit is safe against a crash of the process or of the operating system's view of it, but
+    # the last commits before a power loss (or a kernel panic) may be lost; the database itself
+    # is never corrupted, and a run resumes from what survived. FULL: every commit is fsynced
+    # before it returns, so nothing acknowledged is lost even to a power loss, at the cost of an
+    # fsync per commit (README, "Step overhead", has both).
+    SQLITE_SYNC = env_str("SHIFTLOG_SQLITE_SYNC", "NORMAL").strip().upper() or "NORMAL"
+    if SQLITE_SYNC not in {"NORMAL", "FULL"}:
+        raise ImproperlyConfigured(
+            f"SHIFTLOG_SQLITE_SYNC must be NORMAL or FULL, not {os.environ['SHIFTLOG_SQLITE_SYNC']!r}"
+        )
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -238,7 +270,7 @@ else:
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;",
+                "init_command": f"PRAGMA journal_mode=WAL;PRAGMA synchronous={SQLITE_SYNC};",
             },
             "TEST": {"NAME": env_str("SHIFTLOG_TEST_DB", str(DATA_DIR / "test-db.sqlite3"))},
         }
@@ -438,6 +470,13 @@ SHIFTLOG = {
     # A queued run no worker has claimed for this long is enqueued again by the reaper.
     "REQUEUE_AFTER_SECONDS": env_number("SHIFTLOG_REQUEUE_AFTER_SECONDS", 60.0, float),
     "REAPER_INTERVAL_SECONDS": env_number("SHIFTLOG_REAPER_INTERVAL", 5.0, float),
+    # A slice that meets a busy or unreachable database ("too many clients", no pooled
+    # connection free, the server restarting) is tried again with backoff for this long; then
+    # its run is paused with the reason (PauseCause.DATABASE), and the reaper resumes it.
+    "DB_RETRY_SECONDS": env_number("SHIFTLOG_DB_RETRY_SECONDS", 300.0, float),
+    # Model calls waited on at once per process (each on a thread of its own while the worker
+    # thread keeps the lease): at least the worker threads, so none waits for another's call.
+    "MODEL_THREADS": int(env_number("SHIFTLOG_MODEL_THREADS", 512)) or 512,
     # One huey task drives a run for at most this long, then re-enqueues it (fairness).
     "SLICE_SECONDS": env_number("SHIFTLOG_SLICE_SECONDS", 120.0, float),
     "BASH_TIMEOUT_SECONDS": env_number("SHIFTLOG_BASH_TIMEOUT", 120.0, float),

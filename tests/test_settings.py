@@ -189,3 +189,57 @@ def test_a_bad_trusted_proxy_count_stops_start_up(tmp_path, value, said):
     assert (
         proc.returncode != 0 and "SHIFTLOG_TRUSTED_PROXIES" in proc.stderr and said in proc.stderr
     )
+
+
+def _sqlite_synchronous(tmp_path, **env_overrides: str) -> subprocess.CompletedProcess:
+    """PRAGMA synchronous as a real connection of the production settings reads it back."""
+    code = (
+        "import django; django.setup(); from django.db import connection; "
+        "c = connection.cursor(); print(c.execute('PRAGMA synchronous').fetchone()[0])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DATABASE_URL"))}
+    env.update({"DJANGO_SETTINGS_MODULE": "dashboard.settings", "SHIFTLOG_DATA_DIR": str(tmp_path)})
+    env.update(env_overrides)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_sqlite_sync_level_is_a_setting_that_reaches_the_connection(tmp_path):
+    # SQLite's synchronous: 1 = NORMAL (the default), 2 = FULL (an fsync per commit).
+    default = _sqlite_synchronous(tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.strip() == "1"
+    full = _sqlite_synchronous(tmp_path, SHIFTLOG_SQLITE_SYNC="full")
+    assert full.returncode == 0, full.stderr
+    assert full.stdout.strip() == "2"
+
+
+@pytest.mark.parametrize("value", ["OFF", "EXTRA", "NORMAL;PRAGMA foo", "2"])
+def test_a_bad_sqlite_sync_level_stops_start_up_naming_the_choices(tmp_path, value):
+    proc = _check({"SHIFTLOG_SQLITE_SYNC": value}, tmp_path)
+    assert proc.returncode != 0
+    assert "SHIFTLOG_SQLITE_SYNC must be NORMAL or FULL" in proc.stderr
+
+
+def test_postgres_connections_come_from_a_bounded_pool_of_a_set_size(tmp_path):
+    code = (
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "d = s.DATABASES['default']; print(json.dumps([d['CONN_MAX_AGE'], d['OPTIONS']]))"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "SHIFTLOG_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": "postgres://someone@db.example:5433/shiftlog",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [0, {"pool": {"min_size": 2, "max_size": 20, "timeout": 30.0}}]
+    env["SHIFTLOG_DB_POOL_SIZE"] = "5"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(out.stdout)[1]["pool"]["max_size"] == 5

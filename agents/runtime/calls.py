@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import checkpoints, memory, sandbox
+from agents import checkpoints, dbconn, memory, sandbox
 from agents.eventlog import NewEvent
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime import ledger
@@ -172,6 +172,7 @@ class Calls:
         self, name: str, tool_input: dict[str, Any], *, validated: bool = True
     ) -> sandbox.ToolResult:
         s = self.s
+        dbconn.release()  # a tool may run for minutes: no database connection held meanwhile
         return sandbox.execute(
             s.workspace,
             name,

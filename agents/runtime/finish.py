@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import F
 
 from agents import (
@@ -331,8 +332,8 @@ class Finish:
                 verdicts_so_far=so_far,
                 ask=lambda call: s.call_model(call, cancelled=self.sessions.stop_unless_running),
             )
-        except (SliceOver, LeaseLost):
-            raise
+        except (SliceOver, LeaseLost, DatabaseError):
+            raise  # a busy database is not the model's failure: the slice is tried again
         except ProviderError as e:
             self.turns.provider_failed(e)
         except Exception as e:

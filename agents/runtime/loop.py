@@ -14,13 +14,16 @@ tools at most once), `Turns` (the model), `Finish` (done-conditions and the judg
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
+import random
 import time
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import F
 
-from agents import isolation, leases, logcontext, workspaces
+from agents import dbconn, isolation, leases, lifecycle, logcontext, workspaces
 from agents.blobstore import BlobStoreUnavailable
 from agents.eventlog import LeaseLost, NewEvent
 from agents.isolation import MIB
@@ -50,35 +53,93 @@ from agents.worker import shutdown_requested
 
 log = logging.getLogger(__name__)
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+# A slice that met a busy database is tried again after 0.5 s, 1 s, 2 s ... up to 15 s (jittered).
+DB_BACKOFF_FIRST = 0.5
+DB_BACKOFF_MAX = 15.0
 
 __all__ = ["Driver", "Outcome", "SliceResult", "drive"]
 
 
 def drive(run_id: int, *, owner: str | None = None, max_seconds: float | None = None) -> Outcome:
-    """Drive one slice of a run. Safe to call from any worker, any number of times."""
+    """Drive one slice of a run. Safe to call from any worker, any number of times.
+
+    A busy or unreachable database (too many clients, no pooled connection free in time, the
+    server restarting: dbconn.transient) never fails the run: the slice is tried again with
+    backoff, from what the log holds (as after a worker's crash), for up to
+    SHIFTLOG["DB_RETRY_SECONDS"]; then the run is paused with the reason (PauseCause.DATABASE),
+    which the reaper resumes. Other errors pass as before."""
     owner = owner or leases.worker_id()
-    # Every log line written while this slice runs names the run (and its session).
-    with logcontext.bound_run(run_id):
-        if not leases.claim(run_id, owner):
-            return Outcome(SliceResult.NOT_CLAIMED)
-        log.info("run %s: slice started by %s", run_id, owner)
-        started = time.monotonic()
+    give_up = time.monotonic() + settings.SHIFTLOG["DB_RETRY_SECONDS"]
+    for attempt in itertools.count():
         try:
-            result = Driver(run_id, owner, max_seconds).run()
-        except LeaseLost:
-            log.warning("run %s: lease lost by %s; stopping", run_id, owner)
-            result = SliceResult.LEASE_LOST
-        finally:
-            # Time inside slices counts against the wall-time budget; waiting for people does not.
-            Run.objects.filter(pk=run_id).update(
-                active_seconds=F("active_seconds") + (time.monotonic() - started)
+            # Every log line written while this slice runs names the run (and its session).
+            with logcontext.bound_run(run_id):
+                return _drive_once(run_id, owner, max_seconds)
+        except DatabaseError as e:
+            if not dbconn.transient(e):
+                raise
+            dbconn.discard()
+            if time.monotonic() >= give_up:
+                return _pause_for_database(run_id, owner, e)
+            wait = min(DB_BACKOFF_MAX, DB_BACKOFF_FIRST * 2**attempt) * random.uniform(0.5, 1.0)
+            log.warning(
+                "run %s: the database is busy or away (%s); trying the slice again in %.1f s",
+                run_id,
+                str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                wait,
             )
-            leases.release(run_id, owner)
-        status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
-        log.info("run %s: slice ended (%s); the run is %s", run_id, result, status)
-        if result in REQUEUE and status == RunStatus.RUNNING:
-            enqueue(run_id)
-        return Outcome(result, status)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _pause_for_database(run_id: int, owner: str, error: DatabaseError) -> Outcome:
+    """The database stayed busy past the retries: pause the run with the reason, if the
+    database takes even that; else leave it to the reaper (the lease expires)."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    reason = (
+        f"the database stayed busy or unreachable for "
+        f"{settings.SHIFTLOG['DB_RETRY_SECONDS']:g} s ({first}); it resumes once it answers"
+    )
+    log.error("run %s: %s", run_id, reason)
+    try:
+        lifecycle.transition(
+            run_id,
+            RunStatus.PAUSED,
+            actor="harness",
+            reason=reason,
+            expect={RunStatus.RUNNING},
+            lease_owner=owner,
+            cause=PauseCause.DATABASE,
+        )
+        leases.release(run_id, owner)
+    except (DatabaseError, IllegalTransition, LeaseLost) as e:
+        log.warning("run %s: could not pause it (%s); the reaper will see to it", run_id, e)
+        dbconn.discard()
+        return Outcome(SliceResult.LEASE_LOST)
+    return Outcome(SliceResult.PAUSED, RunStatus.PAUSED)
+
+
+def _drive_once(run_id: int, owner: str, max_seconds: float | None) -> Outcome:
+    if not leases.claim(run_id, owner):
+        return Outcome(SliceResult.NOT_CLAIMED)
+    log.info("run %s: slice started by %s", run_id, owner)
+    started = time.monotonic()
+    try:
+        result = Driver(run_id, owner, max_seconds).run()
+    except LeaseLost:
+        log.warning("run %s: lease lost by %s; stopping", run_id, owner)
+        result = SliceResult.LEASE_LOST
+    finally:
+        # Time inside slices counts against the wall-time budget; waiting for people does not.
+        Run.objects.filter(pk=run_id).update(
+            active_seconds=F("active_seconds") + (time.monotonic() - started)
+        )
+        leases.release(run_id, owner)
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
+    log.info("run %s: slice ended (%s); the run is %s", run_id, result, status)
+    if result in REQUEUE and status == RunStatus.RUNNING:
+        enqueue(run_id)
+    return Outcome(result, status)
 
 
 class Driver:

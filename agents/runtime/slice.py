@@ -24,6 +24,7 @@ from django.db import connections, transaction
 from agents import (
     blobstore,
     checkpoints,
+    dbconn,
     eventlog,
     isolation,
     leases,
@@ -49,6 +50,8 @@ from agents.runtime.conversation import Conversation
 from agents.snapshots import SnapshotResult
 
 HEARTBEAT_SECONDS = 1.0
+# While a model answers, the lease is renewed (and a cancel noticed) at least this often.
+MODEL_RENEW_MAX_SECONDS = 5.0
 T = TypeVar("T")
 
 
@@ -65,7 +68,11 @@ def _model_pool() -> ThreadPoolExecutor:
     global _MODEL_POOL
     with _POOL_LOCK:
         if _MODEL_POOL is None:
-            _MODEL_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="shiftlog-model")
+            # As many as the worker threads that may wait on one (SHIFTLOG_MODEL_THREADS): a
+            # smaller pool made the 65th waiting slice wait for another's call first.
+            _MODEL_POOL = ThreadPoolExecutor(
+                max_workers=settings.SHIFTLOG["MODEL_THREADS"], thread_name_prefix="shiftlog-model"
+            )
         return _MODEL_POOL
 
 
@@ -233,7 +240,12 @@ class Slice:
             # new one each time would start with a cold cache); one that broke is replaced.
             for conn in connections.all(initialized_only=True):
                 conn.close_if_unusable_or_obsolete()
-            work()
+            try:
+                work()
+            finally:
+                # A pooled connection goes back to the process's pool between jobs: an idle
+                # pool thread must not keep one of the bounded pool's connections.
+                dbconn.release()
 
         self._deferred = _deferred_pool().submit(body)
 
@@ -357,6 +369,7 @@ class Slice:
             return False
         self.last_heartbeat = now
         status = leases.renew(self.run_id, self.owner)
+        dbconn.release()  # the tool goes on running: no connection held meanwhile
         return status is None or status == RunStatus.CANCELLED
 
     def call_model(self, call: Callable[[], T], *, cancelled: Callable[[], NoReturn]) -> T:
@@ -365,21 +378,29 @@ class Slice:
         Nothing else renews the lease while the model answers: a call longer than the lease
         (30 s by default) would let the reaper hand the run to another worker, which would make
         the same call again, and again if it is as slow. So the call runs on a pool thread and
-        this thread renews the lease every HEARTBEAT_SECONDS until it answers. A run cancelled
-        meanwhile calls `cancelled` (which ends the slice) without waiting for the answer; a
-        lease lost raises LeaseLost. The call must not touch the database: it is another
-        thread's. A provider that answers at once (`instant`) is called here."""
+        this thread renews the lease every third of it (at most every 5 s) until it answers. A
+        run cancelled meanwhile calls `cancelled` (which ends the slice) without waiting for the
+        answer; a lease lost raises LeaseLost. The call must not touch the database: it is another
+        thread's. The thread holds no database connection while it waits (agents/dbconn.py).
+        A provider that answers at once (`instant`) is called here."""
         if getattr(self.provider, "instant", False):
             return call()
         future = _model_pool().submit(call)
+        # No database connection is held while the model answers (seconds to minutes): a
+        # pooled one goes back to the pool now and after each renewal.
+        dbconn.release()
+        # A third of the lease, at most 5 s: hundreds of slices waiting at once each renewing
+        # every second cost more of the process's CPU than their steps (issue 32's 300 threads).
+        every = max(0.2, min(MODEL_RENEW_MAX_SECONDS, settings.SHIFTLOG["LEASE_SECONDS"] / 3))
         while True:
             try:
-                return future.result(timeout=HEARTBEAT_SECONDS)
+                return future.result(timeout=every)
             except TimeoutError:
                 if future.done():
                     raise  # the call itself timed out
             self.last_heartbeat = time.monotonic()
             status = leases.renew(self.run_id, self.owner)
+            dbconn.release()
             if status is None:
                 raise eventlog.LeaseLost(
                     f"run {self.run_id}: lease no longer held by {self.owner} (during a model call)"

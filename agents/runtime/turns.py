@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, NoReturn
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from agents import eventlog, sandbox
 from agents.eventlog import LeaseLost, NewEvent
@@ -55,8 +55,8 @@ class Turns:
                 lambda: s.provider.next_turn(request),
                 cancelled=self.sessions.stop_unless_running,
             )
-        except (SliceOver, LeaseLost):
-            raise
+        except (SliceOver, LeaseLost, DatabaseError):
+            raise  # a busy database is not the model's failure: the slice is tried again
         except ProviderError as e:
             self.provider_failed(e)
         except Exception as e:
