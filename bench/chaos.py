@@ -210,6 +210,14 @@ def soak(args, cluster: Cluster, faults: Faults) -> int:
         refused=dict(person.errors.most_common(12)),
     )
     report(args, result, faults.log)
+    # A soak that made no run, or whose person hit a programming error (not a refusal or a
+    # dropped connection), proves nothing: it fails (once it passed with 0 runs and 1,158
+    # TypeErrors, when create_run's signature changed under it).
+    broken = [k for k in person.errors if k.split(": ")[-1] in PROGRAMMING_ERRORS]
+    if not result["runs"] or broken:
+        say(args, f"THE SOAK DID NOT RUN: {result['runs']} runs made; errors {broken}")
+        print(json.dumps(result, default=str), flush=True)
+        return 1
     lost = any(result[k] for k in LOST_KEYS)
     if lost:
         say(args, f"LOST OR STUCK: see details; logs were in {cluster.logs}")
@@ -219,6 +227,11 @@ def soak(args, cluster: Cluster, faults: Faults) -> int:
                 print(f"--- tail of {name}.log ---\n{log.read_text()[-3000:]}")
     print(json.dumps(result, default=str), flush=True)
     return 1 if lost else 0
+
+
+PROGRAMMING_ERRORS = frozenset(
+    {"TypeError", "AttributeError", "NameError", "ImportError", "KeyError", "IndexError"}
+)
 
 
 def _mark_finished(person: Person, viewers: Viewers) -> None:

@@ -7,22 +7,8 @@ from django.contrib.auth import get_user_model
 
 from agents import services
 
-# The shared helpers, also importable from here while older tests still do (tests/helpers.py).
-from tests.helpers import (  # noqa: F401
-    FAKE_API_KEY,
-    LINEAGE,
-    approve_pending,
-    call,
-    client_for,
-    demo_to_success,
-    drive_until_idle,
-    finish_turn,
-    kinds,
-    make_run,
-    run_queued,
-    script,
-    user_with,
-)
+# The helpers the fixtures below use (tests import helpers from tests/helpers.py).
+from tests.helpers import FAKE_API_KEY, drive_until_idle, user_with
 
 
 @pytest.fixture

@@ -78,19 +78,18 @@ class Person:
     # --- the work ----------------------------------------------------------------------------
     def create_run(self, delay: float) -> None:
         from agents import services
+        from agents.runspec import RunSpec
 
         risky = self.rng.random() < 0.5
         turns = self.rng.randint(6, 14)
-        run = self.attempt(
-            "create",
-            services.create_run,
+        spec = RunSpec(
             goal=f"Chaos soak run ({'risky' if risky else 'plain'}, {turns} turns).",
             checks=["true"],
             script=script(self.rng, turns=turns, risky=risky, delay=delay),
             script_name="chaos",
             max_turns_per_session=3,
-            created_by=self.user,
         )
+        run = self.attempt("create", services.create_run, spec, created_by=self.user)
         if run is not None:
             self.created.append(run.pk)
 
