@@ -150,17 +150,8 @@ class Finish:
         on the workspace as it was made ({command: counts or None}): the ratchet's floor."""
         if not self.guarded():
             return {}
-        s = self.s
-        results = done_conditions.run_checks(
-            [c for c in self._all_checks() if suite_guard.suite_kind(c)],
-            s.workspace,
-            should_stop=s.heartbeat,
-            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
-            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
-            isolation=s.isolation,
-            limits=s.limits,
-            toolchain=s.toolchain,
-            guard=True,
+        results = self.s.run_checks(
+            [c for c in self._all_checks() if suite_guard.suite_kind(c)], guard=True
         )
         return {r["command"]: r.get("suite") for r in results}
 
@@ -187,15 +178,8 @@ class Finish:
     def _check(self, at: str, notes: list[str]) -> Verification:
         s, run = self.s, self.s.run
         guarded = self.guarded()
-        results = done_conditions.run_checks(
+        results = s.run_checks(
             self._all_checks(),
-            s.workspace,
-            should_stop=s.heartbeat,
-            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
-            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
-            isolation=s.isolation,
-            limits=s.limits,
-            toolchain=s.toolchain,
             guard=guarded,
             baseline=self._baseline_of_run() if guarded else None,
         )

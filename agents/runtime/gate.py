@@ -22,7 +22,6 @@ from agents.models import (
     ApprovalStatus,
     Checkpoint,
     CheckpointKind,
-    PauseCause,
     Run,
     RunStatus,
 )
@@ -191,15 +190,7 @@ class Gate:
         """After a turn whose asks were refused as a flood: the run pauses with the reason."""
         if not self.flooded:
             return
-        s = self.s
-        s.transition(
-            RunStatus.PAUSED,
-            reason=f"paused: {self.flooded}",
-            expect={RunStatus.RUNNING},
-            cause=PauseCause.LIMIT,
-        )
-        s.suspend_session()
-        raise SliceOver(SliceResult.PAUSED)
+        self.s.pause_at_limit(self.flooded)
 
     def wait(self, approval: Approval) -> Approval:
         """Suspend the run until a person decides; returns at once if one already has."""

@@ -28,10 +28,8 @@ from agents.models import (
     ApprovalSubject,
     Event,
     EventKind,
-    PauseCause,
-    RunStatus,
 )
-from agents.runtime.slice import Slice, SliceOver, SliceResult
+from agents.runtime.slice import Slice
 from agents.sandbox import addresses
 from agents.sandbox.egress import EgressProxy
 
@@ -168,14 +166,7 @@ class Network:
             s.event(EventKind.HARNESS_MESSAGE, {"text": text, "reason": "approval_flood"})
         )
         s.conv.add_text(appended.events[0].seq, text)
-        s.transition(
-            RunStatus.PAUSED,
-            reason=f"paused: {flood}",
-            expect={RunStatus.RUNNING},
-            cause=PauseCause.LIMIT,
-        )
-        s.suspend_session()
-        raise SliceOver(SliceResult.PAUSED)
+        s.pause_at_limit(flood)
 
     # --- when the run goes on -------------------------------------------------------------
     def tell_decisions(self) -> None:

@@ -25,6 +25,7 @@ from agents import (
     blobstore,
     checkpoints,
     dbconn,
+    done_conditions,
     eventlog,
     isolation,
     leases,
@@ -41,6 +42,7 @@ from agents.models import (
     Checkpoint,
     Event,
     EventKind,
+    PauseCause,
     Run,
     RunStatus,
     Session,
@@ -355,6 +357,33 @@ class Slice:
             lease_owner=self.owner,
         )
         self.status = target
+
+    def pause_at_limit(self, why: str) -> NoReturn:
+        """A limit of the run was reached (what it may ask, say): it pauses with the reason, and
+        the slice ends."""
+        self.transition(
+            RunStatus.PAUSED,
+            reason=f"paused: {why}",
+            expect={RunStatus.RUNNING},
+            cause=PauseCause.LIMIT,
+        )
+        self.suspend_session()
+        raise SliceOver(SliceResult.PAUSED)
+
+    def run_checks(self, commands: list[str], **options: Any) -> list[dict[str, Any]]:
+        """Run check commands as the harness does: in this slice's sandbox, with its limits and
+        toolchain, stopping when the run is cancelled (done_conditions.run_checks)."""
+        return done_conditions.run_checks(
+            commands,
+            self.workspace,
+            should_stop=self.heartbeat,
+            timeout=settings.SHIFTLOG["CHECK_TIMEOUT_SECONDS"],
+            output_limit=settings.SHIFTLOG["TOOL_OUTPUT_LIMIT"],
+            isolation=self.isolation,
+            limits=self.limits,
+            toolchain=self.toolchain,
+            **options,
+        )
 
     def suspend_session(self) -> None:
         if self.session is not None:
