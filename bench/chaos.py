@@ -212,10 +212,17 @@ def soak(args, cluster: Cluster, faults: Faults) -> int:
     report(args, result, faults.log)
     # A soak that made no run, or whose person hit a programming error (not a refusal or a
     # dropped connection), proves nothing: it fails (once it passed with 0 runs and 1,158
-    # TypeErrors, when create_run's signature changed under it).
+    # TypeErrors, when create_run's signature changed under it). So does a run that failed:
+    # nothing the soak does may fail one (once 25 of 25 did, every command stopped by a free-space
+    # floor larger than its disk).
     broken = [k for k in person.errors if k.split(": ")[-1] in PROGRAMMING_ERRORS]
-    if not result["runs"] or broken:
-        say(args, f"THE SOAK DID NOT RUN: {result['runs']} runs made; errors {broken}")
+    failed = result["statuses"].get("failed", 0)
+    if not result["runs"] or broken or failed:
+        say(
+            args,
+            f"THE SOAK DID NOT HOLD: {result['runs']} runs made, {failed} failed "
+            f"({result['details']['failed'][:3]}); errors {broken}",
+        )
         print(json.dumps(result, default=str), flush=True)
         return 1
     lost = any(result[k] for k in LOST_KEYS)

@@ -148,6 +148,9 @@ class Cluster:
                 "SHIFTLOG_LEASE_SECONDS": str(LEASE_SECONDS),
                 "SHIFTLOG_REAPER_INTERVAL": "2",
                 "SHIFTLOG_CHECKPOINT_EVERY": "3",
+                # The workspaces are on a 256 MB tmpfs the soak fills on purpose: the floor of
+                # free space a command keeps (agents/sandbox/diskwatch.py) is scaled to it.
+                "SHIFTLOG_MIN_FREE_MB": "8",
                 "SHIFTLOG_DEBUG": "false",
                 "SHIFTLOG_HUEY_IMMEDIATE": "false",
                 "SECRET_KEY": self.secret_key,
