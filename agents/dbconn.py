@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import sqlite3
 
-import psycopg
 from django.db import DatabaseError, connections
-from psycopg_pool import PoolTimeout
+
+try:  # the postgres extra (shiftlog[postgres]); the embedded mode runs without it
+    import psycopg
+    from psycopg_pool import PoolTimeout
+except ImportError:  # pragma: no cover (the package test's bare install)
+    psycopg = None
+    PoolTimeout = None
 
 # SQLSTATEs of a server that is busy or away (class 08: connection exception; 53300 too many
 # connections; 53000 insufficient resources; 57P01-57P03: shutting down, crashed, starting up).
@@ -56,14 +61,14 @@ def transient(error: BaseException) -> bool:
     e: BaseException | None = error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, PoolTimeout):
+        if PoolTimeout is not None and isinstance(e, PoolTimeout):
             return True
-        if isinstance(e, psycopg.OperationalError):
+        if psycopg is not None and isinstance(e, psycopg.OperationalError):
             state = getattr(e, "sqlstate", None)
             # No SQLSTATE: the connection itself failed (refused, too many clients at connect,
             # closed by the server).
             return state is None or state.startswith("08") or state in TRANSIENT_SQLSTATES
-        if isinstance(e, psycopg.InterfaceError):
+        if psycopg is not None and isinstance(e, psycopg.InterfaceError):
             return True  # "the connection is closed"
         if isinstance(e, sqlite3.OperationalError):
             return "locked" in str(e) or "busy" in str(e)

@@ -130,6 +130,10 @@ from tests.s3 import moto_server, s3_env, s3_url  # noqa: E402, F401
 # live feed. A test module may also mark single tests `any_db`.
 ANY_DATABASE = {
     "test_admin",
+    # Its processes run in a loopback-only network namespace, where this machine's PostgreSQL
+    # and Redis are not: it runs on SQLite, once.
+    "test_claude_code",
+    "test_real_checks",
     "test_check_settings",
     "test_cli_demo_notice",
     "test_cli_schedules",

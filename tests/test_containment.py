@@ -99,10 +99,18 @@ def test_a_workspace_past_its_cap_pauses_the_run_with_the_reason(settings):
 
 def test_a_command_writing_past_the_cap_and_deleting_it_is_stopped_while_it_runs(settings):
     settings.SHIFTLOG = {**settings.SHIFTLOG, "CHECKPOINT_EVERY": 1}
-    # 30 MB written and deleted in one command: a checkpoint after it would see nothing.
-    fill = "head -c 30000000 /dev/zero > big.bin; rm big.bin; echo finished"
+    # 300 MB written and deleted in one command: a checkpoint after it would see nothing. (The
+    # watcher looks every 20 ms: what a command writes and deletes between two looks, tens of MB
+    # at page-cache speed, can pass unseen; a disk is not filled that fast.)
+    fill = "head -c 300000000 /dev/zero > big.bin; rm big.bin; echo finished"
+    # A file tool after it takes a checkpoint (every 1), which finds what the stopped command
+    # left over the cap and pauses the run.
     run = make_run(
-        turns=[{"tool_calls": [call("bash", command=fill)]}, finish_turn()],
+        turns=[
+            {"tool_calls": [call("bash", command=fill)]},
+            {"tool_calls": [call("write_file", path="note.txt", content="x")]},
+            finish_turn(),
+        ],
         limits={"workspace_mb": 2},
     )
     run = drive_until_idle(run)
