@@ -51,6 +51,28 @@ PER_SESSION = {
 DEFAULT_MAX_SESSIONS = 10
 
 
+@dataclass
+class Budgets:
+    max_sessions: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: Decimal | str | None = None
+    max_wall_seconds: int | None = None
+
+    def cleaned(self) -> dict[str, Any]:
+        """The budgets given, checked: whole numbers the columns hold, a finite amount."""
+        out: dict[str, Any] = {}
+        for name, maximum in BUDGETS.items():
+            value = getattr(self, name)
+            if value is not None:
+                what = name.replace("_", "-")
+                out[name] = inputs.whole_number(value, what=what, maximum=maximum, field=name)
+        if self.max_cost_usd is not None:
+            out["max_cost_usd"] = inputs.dollars(
+                self.max_cost_usd, what="max-cost", field="max_cost_usd"
+            )
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
     # What the agent is asked, and how the harness decides it is done.
@@ -323,20 +345,14 @@ class RunSpec:
         return out
 
     def _budgets(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, maximum in BUDGETS.items():
-            value = getattr(self, name)
-            what = name.replace("_", "-")
-            out[name] = (
-                None
-                if value is None
-                else inputs.whole_number(value, what=what, maximum=maximum, field=name)
-            )
-        out["max_cost_usd"] = (
-            None
-            if self.max_cost_usd is None
-            else inputs.dollars(self.max_cost_usd, what="max-cost", field="max_cost_usd")
-        )
+        given = Budgets(
+            max_sessions=self.max_sessions,
+            max_tokens=self.max_tokens,
+            max_cost_usd=self.max_cost_usd,
+            max_wall_seconds=self.max_wall_seconds,
+        ).cleaned()
+        # Not given (None) stays None: no limit.
+        out: dict[str, Any] = {name: given.get(name) for name in [*BUDGETS, "max_cost_usd"]}
         config = settings.SHIFTLOG
         for name, default in PER_SESSION.items():
             value = getattr(self, name) or config[default]

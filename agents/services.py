@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +42,7 @@ from agents.models import (
     SessionStatus,
 )
 from agents.providers.scripted import builtin_script
-from agents.runspec import RunSpec
+from agents.runspec import Budgets, RunSpec
 
 DEMO_GOAL = (
     "Write a small Python module textstats.py with word_count(text) and top_words(text, n), "
@@ -67,30 +65,6 @@ RunError = inputs.InputError
 
 def actor_for(user) -> str:
     return f"user:{user.get_username()}" if user is not None else "system"
-
-
-@dataclass
-class Budgets:
-    max_sessions: int | None = None
-    max_tokens: int | None = None
-    max_cost_usd: Decimal | str | None = None
-    max_wall_seconds: int | None = None
-
-    def cleaned(self) -> dict[str, Any]:
-        """The budgets given, checked: whole numbers the columns hold, a finite amount."""
-        out: dict[str, Any] = {}
-        limits = {"max_sessions": inputs.MAX_INT, "max_tokens": inputs.MAX_BIG_INT,
-                  "max_wall_seconds": inputs.MAX_INT}  # fmt: skip
-        for name, maximum in limits.items():
-            value = getattr(self, name)
-            if value is not None:
-                what = name.replace("_", "-")
-                out[name] = inputs.whole_number(value, what=what, maximum=maximum, field=name)
-        if self.max_cost_usd is not None:
-            out["max_cost_usd"] = inputs.dollars(
-                self.max_cost_usd, what="max-cost", field="max_cost_usd"
-            )
-        return out
 
 
 def _forked_from(checkpoint) -> dict[str, Any]:
