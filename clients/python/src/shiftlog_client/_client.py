@@ -34,6 +34,7 @@ from ._models import (
     EventPage,
     FinishResult,
     ForkPreview,
+    MemoryEntry,
     Page,
     ResultAck,
     RewindResult,
@@ -383,6 +384,29 @@ class Client:
 
     def artifact_content(self, artifact_id: int) -> bytes:
         return self._send(ops.artifact_content(artifact_id))
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def read_memory(self, run_id: int) -> list[MemoryEntry]:
+        """The run's memory and its project's, most useful first."""
+        return self._send(ops.read_memory(run_id))
+
+    def remember(
+        self,
+        run_id: int,
+        key: str,
+        text: str,
+        *,
+        pinned: bool | None = None,
+        scope: Literal["run", "project"] = "run",
+    ) -> list[MemoryEntry]:
+        """Add or change an entry (`scope="project"`: every later run of the project has it)."""
+        return self._send(ops.remember(run_id, key, text, pinned, scope))
+
+    def forget(
+        self, run_id: int, key: str, *, scope: Literal["run", "project"] = "run"
+    ) -> list[MemoryEntry]:
+        return self._send(ops.forget(run_id, key, scope))
 
     # -- external agents (ExternalRun wraps these) ---------------------------------------------
 

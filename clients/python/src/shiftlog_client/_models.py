@@ -232,6 +232,35 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class MemoryEntry:
+    """One entry of a run's memory (`scope` "run"), or of its project's (`scope` "project"),
+    which every later run of the project wakes up with."""
+
+    key: str
+    text: str
+    scope: str = "run"
+    pinned: bool = False
+    uses: int = 0
+    by: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryEntry:
+        return cls(
+            key=str(data["key"]),
+            text=data.get("text") or "",
+            scope=data.get("scope") or "run",
+            pinned=bool(data.get("pinned")),
+            uses=_int(data.get("uses")),
+            by=data.get("by") or "",
+        )
+
+
+def memory_from_json(data: dict[str, Any]) -> list[MemoryEntry]:
+    """`GET /runs/{id}/memory` (and the answer to a change): its entries, most useful first."""
+    return [MemoryEntry.from_json(e) for e in data.get("items") or []]
+
+
+@dataclass(frozen=True)
 class FileChange:
     path: str
     change: str

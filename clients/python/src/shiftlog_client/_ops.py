@@ -10,6 +10,7 @@ import json as jsonlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Generic, Literal, TypedDict, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -22,6 +23,7 @@ from ._models import (
     Event,
     EventPage,
     ForkPreview,
+    MemoryEntry,
     Page,
     ResultAck,
     RewindResult,
@@ -29,6 +31,7 @@ from ._models import (
     ToolDecision,
     TurnResult,
     WorkspaceUpload,
+    memory_from_json,
 )
 
 T = TypeVar("T")
@@ -206,6 +209,29 @@ def list_checkpoints(run_id: int) -> Call[list[Checkpoint]]:
 def create_checkpoint(run_id: int, label: str) -> Call[Checkpoint]:
     path = f"{PREFIX}/runs/{int(run_id)}/checkpoints"
     return Call("POST", path, lambda r: Checkpoint.from_json(r.json()), json={"label": label})
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def read_memory(run_id: int) -> Call[list[MemoryEntry]]:
+    path = f"{PREFIX}/runs/{int(run_id)}/memory"
+    return Call("GET", path, lambda r: memory_from_json(r.json()))
+
+
+def remember(
+    run_id: int, key: str, text: str, pinned: bool | None, scope: str
+) -> Call[list[MemoryEntry]]:
+    path = f"{PREFIX}/runs/{int(run_id)}/memory/{quote(key, safe='')}"
+    body: dict[str, Any] = {"text": text, "scope": scope}
+    if pinned is not None:
+        body["pinned"] = pinned
+    return Call("PUT", path, lambda r: memory_from_json(r.json()), json=body)
+
+
+def forget(run_id: int, key: str, scope: str) -> Call[list[MemoryEntry]]:
+    path = f"{PREFIX}/runs/{int(run_id)}/memory/{quote(key, safe='')}"
+    return Call("DELETE", path, lambda r: memory_from_json(r.json()), params={"scope": scope})
 
 
 def _cp(value: int | str) -> str:
