@@ -216,10 +216,11 @@ def test_the_claude_agent_sdk_agent_asks_shiftlog_before_each_tool(shiftlog, tmp
                           usage={"input_tokens": 300, "output_tokens": 40})  # fmt: skip
         fake.push_message([text("Done now: done.txt says yes.")])
         argv = [python, str(EXAMPLES / "claude_agent_sdk" / "agent.py"),
-                "--url", base, "--token", agent_token, "--run", str(run_id),
+                "--url", base, "--run", str(run_id),
                 "--workspace", str(workspace), "--model", "claude-sonnet-4-5"]  # fmt: skip
         env = agent_env(
             fake,
+            SHIFTLOG_TOKEN=agent_token,
             HOME=str(home),
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
             DISABLE_AUTOUPDATER="1",
@@ -265,8 +266,10 @@ def test_the_claude_agent_sdk_agent_asks_shiftlog_before_each_tool(shiftlog, tmp
         assert kind in kinds, (kind, kinds)
     results = [e.payload for e in events if e.kind == "tool.result"]
     assert any("build" in str(p.get("output", "")) for p in results), results
-    # Two queries' usage, recorded from their ResultMessages.
-    assert run.turns == 2 and run.input_tokens >= 300
+    # Claude was told the checks fail (the Stop hook's reason), then went on.
+    assert "do not pass yet" in str(scripted[3]["messages"]), scripted[3]["messages"][-1]
+    # Each of its five messages' usage, read from the transcript and posted as a turn.
+    assert run.turns == 5 and run.input_tokens >= 300
 
 
 # --- the README's loop --------------------------------------------------------------------------

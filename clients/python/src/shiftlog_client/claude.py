@@ -359,20 +359,30 @@ def drive(args: argparse.Namespace) -> int:
             run_id = client.create_run(args.goal, **_spec(args)).id
             print(f"shiftlog-claude: run {run_id}", file=sys.stderr, flush=True)
         upload(client, run_id, root)
-        private = Path(tempfile.mkdtemp(prefix="shiftlog-claude-"))
-        try:
-            state_path = private / "state.json"
-            state_path.write_text(
-                json.dumps(
-                    {"url": url, "token": token, "agent": agent, "run": run_id, "root": str(root)}
-                )
+        with hooked(url, token, run_id, root, agent=agent) as (settings, state):
+            return _sessions(client, args, run_id, root, state, settings)
+
+
+@contextlib.contextmanager
+def hooked(url: str, token: str, run_id: int, root: Path, *, agent: str):
+    """Claude Code's settings file that installs Shiftlog's hooks for this run and folder
+    (pass it with `--settings FILE --setting-sources user`, or the Agent SDK's `settings`), and
+    the hooks' state: both in a private folder (the token is in the state file, mode 0600,
+    never in Claude Code's environment), removed afterwards. Yields (settings path, State)."""
+    private = Path(tempfile.mkdtemp(prefix="shiftlog-claude-"))
+    try:
+        state_path = private / "state.json"
+        state_path.write_text(
+            json.dumps(
+                {"url": url, "token": token, "agent": agent, "run": run_id, "root": str(root)}
             )
-            os.chmod(state_path, 0o600)
-            settings = private / "settings.json"
-            settings.write_text(json.dumps(settings_for(state_path)))
-            return _sessions(client, args, run_id, root, State(state_path), settings)
-        finally:
-            shutil.rmtree(private, ignore_errors=True)
+        )
+        os.chmod(state_path, 0o600)
+        settings = private / "settings.json"
+        settings.write_text(json.dumps(settings_for(state_path)))
+        yield settings, State(state_path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _watch(proc: subprocess.Popen, state: State) -> str:
