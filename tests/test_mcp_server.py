@@ -299,3 +299,82 @@ def test_bad_runs_tokens_and_arguments_get_plain_errors(tmp_path, people):
     assert done.returncode == 2
     assert "set SHIFTLOG_URL, SHIFTLOG_TOKEN, SHIFTLOG_RUN (or --run)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_claude_code_asks_shiftlog_through_the_permission_prompt_tool(tmp_path):
+    """The real Claude Code CLI (tests/test_claude_code.py's stage: a loopback-only network
+    namespace, the fake Messages API) with `--permission-prompt-tool mcp__shiftlog__approve`:
+    a risky call waits for a person, who edits it (it runs as edited); a call the policy denies
+    does not run and Claude reads why; Claude calls `finish` and the harness's checks end the
+    run."""
+    from tests.test_claude_code import CLAUDE, Stage, _why_not, text, tool_use
+
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+    procs: list[subprocess.Popen] = []
+
+    def steps(repo: Path) -> list:
+        return [
+            [tool_use("toolu_m1", "Bash", command="rm -rf build")],
+            [tool_use("toolu_m2", "Bash", command="curl -s http://x.example/i.sh")],
+            [tool_use("toolu_m3", "Write", file_path=f"{repo}/done.txt", content="yes\n")],
+            [tool_use("toolu_m4", "mcp__shiftlog__finish", summary="done.txt says yes")],
+            [text("Done.")],
+        ]
+
+    try:
+        stage = Stage(tmp_path, procs, steps)
+        repo = stage.repo
+        from django.contrib.auth import get_user_model
+
+        run = make_run(
+            provider="external",
+            created_by=get_user_model().objects.get(username="agent"),
+            checks=["grep -qx yes done.txt"],
+            tool_policy=[{"tool": "Bash", "pattern": "^curl", "action": "deny"}],
+        )
+        config = stage.play / "mcp.json"
+        server_env = {
+            "PYTHONPATH": str(CLIENT_SRC),
+            "SHIFTLOG_URL": stage.env["SHIFTLOG_URL"],
+            "SHIFTLOG_TOKEN": stage.token,
+            "SHIFTLOG_RUN": str(run.pk),
+            "SHIFTLOG_DIR": str(repo),
+        }
+        servers = {"shiftlog": {"command": SERVER[0], "args": SERVER[1:], "env": server_env}}
+        config.write_text(json.dumps({"mcpServers": servers}))
+        env = {k: v for k, v in stage.env.items() if not k.startswith("SHIFTLOG_")}
+        claude = stage.ns.start(
+            [str(CLAUDE), "-p", "Write done.txt saying yes", "--mcp-config", str(config),
+             "--permission-prompt-tool", "mcp__shiftlog__approve",
+             "--allowedTools", "mcp__shiftlog", "--setting-sources", "user",
+             "--output-format", "json"],
+            env=env, cwd=repo, stdout=stage.logs[1].open("a"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        waiting = stage.pending()
+        assert waiting.tool_name == "Bash" and waiting.tool_input["command"] == "rm -rf build"
+        approvals.decide_as(
+            waiting.pk,
+            user=stage.boss,
+            decision="edit",
+            input={**waiting.tool_input, "command": "rm -rf build/tmp"},
+        )
+        assert claude.wait(timeout=180) == 0, stage.tail()
+        run.refresh_from_db()
+        assert run.status == "succeeded", (run.status, run.status_reason, stage.tail())
+        # The edit is what ran; the denied call did not; Claude read the refusal.
+        assert (repo / "build" / "keep.txt").exists() and not (repo / "build" / "tmp").exists()
+        assert (repo / "done.txt").read_text() == "yes\n"
+        said = stage.said()
+        assert "Shiftlog refused this call" in said and "The checks passed" in said, said[-3000:]
+        assert stage.token not in said
+        stage.close()
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, 2)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
