@@ -434,3 +434,24 @@ def test_upload_archive_sends_bytes_as_given(make_client):
     client, rec = make_client(ok({"checkpoint": 1, "files": 0, "bytes_total": 0}, 201))
     client.upload_archive(3, b"\x1f\x8bnot really")
     assert rec.bodies[0] == b"\x1f\x8bnot really"
+
+
+def test_memory_is_read_remembered_and_forgotten_by_key(make_client):
+    memory = {
+        "project": "p",
+        "items": [
+            {"scope": "run", "key": "a/b c", "text": "t", "pinned": True, "uses": 2, "by": "x"}
+        ],
+    }
+    client, rec = make_client(ok(memory))
+    entries = client.remember(3, "a/b c", "t", pinned=True)
+    assert rec.requests[-1].method == "PUT"
+    assert rec.requests[-1].url.raw_path == b"/api/v1/runs/3/memory/a%2Fb%20c"
+    assert rec.json() == {"text": "t", "scope": "run", "pinned": True}
+    assert entries[0].key == "a/b c" and entries[0].pinned and entries[0].uses == 2
+    client.remember(3, "k", "t", scope="project")
+    assert rec.json() == {"text": "t", "scope": "project"}  # the pin left as it is
+    assert client.read_memory(3)[0].text == "t" and rec.requests[-1].method == "GET"
+    client.forget(3, "k", scope="project")
+    assert rec.requests[-1].method == "DELETE"
+    assert str(rec.requests[-1].url).endswith("/api/v1/runs/3/memory/k?scope=project")
