@@ -31,10 +31,16 @@ def slack_interactive(request: HttpRequest) -> HttpResponse:
     from slack_sdk.signature import SignatureVerifier  # noqa: PLC0415 (the `slack` extra)
 
     body = request.body.decode("utf-8", errors="replace")
-    if not SignatureVerifier(secret).is_valid(
-        body=body,
-        timestamp=request.headers.get("X-Slack-Request-Timestamp", ""),
-        signature=request.headers.get("X-Slack-Signature", ""),
+    timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+    # A missing or non-numeric timestamp is no signature (the verifier would raise on it).
+    if (
+        not timestamp.isascii()
+        or not timestamp.isdigit()
+        or not SignatureVerifier(secret).is_valid(
+            body=body,
+            timestamp=timestamp,
+            signature=request.headers.get("X-Slack-Signature", ""),
+        )
     ):
         return HttpResponse(
             "refused: no valid Slack signature within the last five minutes",
