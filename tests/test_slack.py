@@ -5,21 +5,19 @@ interaction payloads sent to the real endpoint (/slack/interactive), decided thr
 from __future__ import annotations
 
 import time
-from datetime import datetime
 
 import pytest
 from django.test import Client
 
-from agents import approvals, jobs, services
+from agents import approvals, services
 from agents.models import Approval, Event, ProjectReach, Reach, SlackMessage
 from tests.fake_slack import FakeSlack, signed
-from tests.helpers import call, drive_until_idle, finish_turn, make_run, user_with
+from tests.helpers import call, drain, drive_until_idle, finish_turn, make_run, user_with
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN = "xoxb-test-token-0123456789"
-TASKS = ("slack_post", "slack_tell", "mail_approvals", "mail_run_ended", "mail_digest")
 
 
 @pytest.fixture(scope="module")
@@ -42,25 +40,6 @@ def slack(settings, fake_slack, django_capture_on_commit_callbacks):
     }
     drain()
     return fake_slack
-
-
-def drain() -> list[str]:
-    """Run the queued notification tasks as a worker would (the tests' huey keeps its queue in
-    memory and no consumer reads it), retries scheduled for later taken as due, until none is
-    left; the names run, in order."""
-    from huey.contrib.djhuey import HUEY
-
-    done = []
-    for _ in range(50):
-        tasks = [task] if (task := HUEY.dequeue()) is not None else []
-        tasks = tasks or HUEY.read_schedule(datetime(9999, 1, 1))
-        if not tasks:
-            return done
-        for task in tasks:
-            if task.name in TASKS:
-                jobs.body(task.name)(*task.args, **task.kwargs)
-                done.append(task.name)
-    raise AssertionError("the tasks did not settle")
 
 
 def linked(name: str, slack_id: str, *perms: str):
