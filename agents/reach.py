@@ -15,6 +15,7 @@ from agents import jobs
 from agents.models import (
     Approval,
     ProjectReach,
+    Reach,
     Run,
     SlackMessage,
     SlackMessageKind,
@@ -31,6 +32,14 @@ NEWS_SWITCH = {
 
 def slack_on() -> bool:
     return bool(settings.SHIFTLOG["SLACK_BOT_TOKEN"])
+
+
+def mail_on(switch: str) -> bool:
+    """Whether anyone is to be mailed this kind of news (one query; who exactly is found by
+    the task, off the request path)."""
+    return (
+        settings.SHIFTLOG["MAIL_NOTIFICATIONS"] and Reach.objects.filter(**{switch: True}).exists()
+    )
 
 
 def route_for(run: Run) -> ProjectReach:
@@ -62,7 +71,7 @@ def approvals_asked(run: Run, approvals: list[Approval]) -> None:
                 run_id=run.pk, approval=approval, kind=SlackMessageKind.APPROVAL, channel=channel
             )
             jobs.later("slack_post", message_id=message.pk)
-    if approvals and settings.SHIFTLOG["MAIL_NOTIFICATIONS"]:
+    if approvals and mail_on("mail_approvals"):
         jobs.later("mail_approvals", approval_ids=[a.pk for a in approvals])
 
 
@@ -83,7 +92,7 @@ def run_news(run: Run, news: str, text: str) -> None:
             run_id=run.pk, kind=SlackMessageKind.RUN, channel=channel, text=text
         )
         jobs.later("slack_post", message_id=message.pk)
-    if news == "ended" and settings.SHIFTLOG["MAIL_NOTIFICATIONS"]:
+    if news == "ended" and mail_on("mail_run_endings"):
         jobs.later("mail_run_ended", run_id=run.pk)
 
 
@@ -104,3 +113,13 @@ def may_see(user, run: Run) -> bool:
 
 def active_people() -> Q:
     return Q(user__is_active=True) & ~Q(user__email="")
+
+
+def where_approvals_go(run: Run) -> dict:
+    """What the run page says of where the run's approvals are sent: the Slack channel ("" for
+    none) and who gets them by mail (besides the inbox, always)."""
+    mailed: list[str] = []
+    if settings.SHIFTLOG["MAIL_NOTIFICATIONS"]:
+        rows = Reach.objects.filter(active_people(), mail_approvals=True).select_related("user")
+        mailed = [r.user.get_username() for r in rows[:100] if may_decide_on(r.user, run)]
+    return {"slack": slack_channel(run, "approval"), "mailed": mailed}

@@ -334,3 +334,19 @@ def test_the_signing_secret_and_token_never_show_in_the_admin(slack, client, adm
         assert page.status_code == 200
         assert SECRET.encode() not in page.content and TOKEN.encode() not in page.content
     assert b"Slack bot token: set" in client.get("/admin/agents/projectreach/").content
+
+
+def test_the_run_page_says_where_its_approvals_go(slack, owner, settings):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MAIL_NOTIFICATIONS": True}
+    ProjectReach.objects.create(project="infra", slack_channel="C0INFRA")
+    dana = linked("dana", "U0DANA", "decide_approval", "view_run")
+    dana.email = "dana@example.com"
+    dana.save()
+    Reach.objects.filter(user=dana).update(mail_approvals=True)
+    run = make_run(turns=[finish_turn()], project="infra", created_by=owner)
+    browser = Client()
+    browser.force_login(owner)
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    assert "Slack <code>C0INFRA</code>" in page and "mail to dana" in page
+    other = make_run(turns=[finish_turn()], project="web", created_by=owner)
+    assert "Slack <code>C0DEFAULT</code>" in browser.get(f"/runs/{other.pk}/").content.decode()
