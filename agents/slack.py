@@ -300,3 +300,21 @@ def tell(*, channel: str, user: str, text: str) -> bool:
         log.warning("could not tell Slack user %s: %s", user, type(e).__name__)
         return False
     return True
+
+
+def requeue_lost(now=None, *, after: float) -> list[int]:
+    """Queue again the messages never tried for more than `after` seconds: their task was lost
+    (with Redis, or never queued because the queue was down). The reaper calls it."""
+    now = now or timezone.now()
+    lost = list(
+        SlackMessage.objects.filter(
+            ts="", attempts=0, failed_at=None, created_at__lt=now - timedelta(seconds=after)
+        )
+        .filter(Q(claimed_until=None) | Q(claimed_until__lt=now))
+        .order_by("pk")
+        .values_list("pk", flat=True)[:500]
+    )
+    for message_id in lost:
+        if not jobs.queue_now("slack_post", message_id=message_id):
+            break  # the queue is down: the next pass tries again
+    return lost

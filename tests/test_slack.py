@@ -350,3 +350,71 @@ def test_the_run_page_says_where_its_approvals_go(slack, owner, settings):
     assert "Slack <code>C0INFRA</code>" in page and "mail to dana" in page
     other = make_run(turns=[finish_turn()], project="web", created_by=owner)
     assert "Slack <code>C0DEFAULT</code>" in browser.get(f"/runs/{other.pk}/").content.decode()
+
+
+def test_a_lost_post_is_queued_again_by_the_reaper(slack, django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents import slack as slack_module
+
+    _, approval = asking_run(django_capture_on_commit_callbacks)
+    from huey.contrib.djhuey import HUEY
+
+    HUEY.flush()  # the queue lost the task (Redis restarted)
+    assert drain() == []
+    message = SlackMessage.objects.get(approval=approval)
+    assert slack_module.requeue_lost(after=60) == []  # not yet: it may still be on its way
+    later = timezone.now() + timedelta(seconds=120)
+    assert slack_module.requeue_lost(later, after=60) == [message.pk]
+    assert drain() == ["slack_post"]
+    assert len(slack.of("chat.postMessage")) == 1
+    assert slack_module.requeue_lost(later, after=60) == []  # posted: nothing more
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_people_clicking_at_once_make_one_decision(slack):
+    """Two signed clicks on Approve and Deny's modal at the same moment, each in its own thread
+    and database connection: exactly one decision, the other told who was first."""
+    import threading
+
+    from django.db import connection
+
+    linked("dana", "U0DANA", "decide_approval", "view_run")
+    linked("sam", "U0SAM", "decide_approval", "view_run")
+    turns = [{"tool_calls": [call("bash", command="echo x >> ran.txt; rm -rf build")]}]
+    run = drive_until_idle(make_run(turns=[*turns, finish_turn()]))
+    approval = Approval.objects.get(run=run)
+    start = threading.Barrier(2)
+    answers = {}
+
+    def press(who: str) -> None:
+        try:
+            start.wait(10)
+            if who == "U0DANA":
+                answers[who] = click(Client(), approval, who, "shiftlog_approve")
+            else:
+                body = deny_submission(approval, who, "no")
+                answers[who] = Client().post("/slack/interactive", **signed(body, SECRET))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=press, args=(who,)) for who in ("U0DANA", "U0SAM")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    approval.refresh_from_db()
+    assert Event.objects.filter(run=run, kind="approval.decided").count() == 1
+    assert {a.status_code for a in answers.values()} == {200}
+    if approval.status == "approved":
+        assert "already approved by dana" in answers["U0SAM"].json()["errors"]["reason"]
+    else:
+        assert approval.status == "denied" and approval.decided_by.username == "sam"
+        assert any("already denied by sam" in t["text"] for t in _told_after_drain(slack))
+
+
+def _told_after_drain(slack) -> list[dict]:
+    drain()
+    return slack.of("chat.postEphemeral")
