@@ -179,3 +179,25 @@ def test_a_run_ending_is_mailed_to_who_opted_in_and_may_see_it(
     assert message.to == ["vic@example.com"]
     assert message.subject == f"[Shiftlog] run {run.pk} succeeded"
     assert f"/runs/{run.pk}/" in message.body and message.alternatives
+
+
+def test_the_cli_sets_where_people_and_projects_are_reached(db):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from agents.models import ProjectReach
+
+    user_with("dana", "decide_approval")
+    out = StringIO()
+    call_command("reach", user="dana", slack_id="U0DANA", mail_approvals="on", stdout=out)
+    call_command("reach", project="infra", channel="C0INFRA", stdout=out)
+    row = Reach.objects.get(user__username="dana")
+    assert (row.slack_user_id, row.mail_approvals, row.mail_run_endings) == ("U0DANA", True, False)
+    assert ProjectReach.objects.get(project="infra").slack_channel == "C0INFRA"
+    assert "person dana: Slack U0DANA, mail approvals" in out.getvalue()
+    user_with("sam")
+    with pytest.raises(CommandError, match="already someone else's"):
+        call_command("reach", user="sam", slack_id="U0DANA", stdout=out)
+    with pytest.raises(CommandError, match="no user"):
+        call_command("reach", user="nobody", stdout=out)
