@@ -249,12 +249,17 @@ def deliver(message_id: int) -> str:
                 answer = web.chat_postMessage(channel=message.channel, text=text, blocks=blocks)
                 # Slack answers with the channel's id, which chat.update needs.
                 SlackMessage.objects.filter(pk=message_id).update(
-                    ts=answer["ts"], channel=answer.get("channel") or message.channel
+                    ts=answer["ts"],
+                    channel=answer.get("channel") or message.channel,
+                    stale=False,
+                    attempts=0,  # each post or update gets its own tries
                 )
                 outcome = "posted"
             else:
-                SlackMessage.objects.filter(pk=message_id).update(stale=False)
                 web.chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
+                # Cleared only once Slack took it (a failed update stays owed for the retry);
+                # a decision meanwhile is caught by the look at the status below.
+                SlackMessage.objects.filter(pk=message_id).update(stale=False, attempts=0)
                 outcome = "updated"
             if not message.approval_id:
                 break
