@@ -419,3 +419,34 @@ def test_two_people_clicking_at_once_make_one_decision(slack):
 def _told_after_drain(slack) -> list[dict]:
     drain()
     return slack.of("chat.postEphemeral")
+
+
+def test_a_budget_warning_and_the_pause_post_too_unless_the_project_says_no(
+    slack, fake_api, django_capture_on_commit_callbacks
+):
+    from decimal import Decimal
+
+    def spend(project: str):
+        for i in range(4):  # $0.003 a turn against $0.01: warned, then paused
+            fake_api.push_message(
+                [{"type": "tool_use", "id": f"toolu_{i}", "name": "list_files", "input": {}}],
+                stop_reason="tool_use",
+                usage={"input_tokens": 1000, "output_tokens": 0},
+            )
+        budgets = services.Budgets(max_cost_usd=Decimal("0.01"))
+        with django_capture_on_commit_callbacks(execute=True):
+            run = drive_until_idle(make_run(provider="anthropic", budgets=budgets, project=project))
+        assert run.status == "paused"
+        drain()
+        return run
+
+    run = spend("infra")
+    texts = [p["text"] for p in slack.of("chat.postMessage")]
+    assert texts == [
+        f"Run {run.pk}: has used 0.009000 of its cost budget (0.010000)",
+        f"Run {run.pk}: paused: {run.status_reason}",
+    ]
+    ProjectReach.objects.create(project="quiet", slack_budget_warnings=False, slack_pauses=False)
+    slack.reset()
+    spend("quiet")
+    assert slack.of("chat.postMessage") == []
