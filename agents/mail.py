@@ -137,7 +137,12 @@ def mail_approvals(approval_ids: list[int]) -> int:
                 user,
                 f"[Shiftlog] run {approval.run_id} asks to use {approval.tool_name}",
                 "approval",
-                {"approval": approval, "run": approval.run, "url": link_url(link)},
+                {
+                    "approval": approval,
+                    "run": approval.run,
+                    "asked": reach.what_is_asked(approval),
+                    "url": link_url(link),
+                },
             ):
                 MailLink.objects.filter(pk=link.pk).update(mailed_at=timezone.now())
                 sent += 1
@@ -161,7 +166,7 @@ def mail_digest(user_id: int) -> int:
     links = [link for link in links if reach.may_decide_on(user, link.approval.run)]
     if not links:
         return 0
-    items = [(link.approval, link_url(link)) for link in links]
+    items = [(link.approval, reach.what_is_asked(link.approval), link_url(link)) for link in links]
     if _send(user, f"[Shiftlog] {len(items)} approvals wait for you", "digest", {"items": items}):
         MailLink.objects.filter(pk__in=[link.pk for link in links]).update(mailed_at=timezone.now())
         return len(items)

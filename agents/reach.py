@@ -8,12 +8,15 @@ Slack or a mail server: an outage there never slows or fails a run.
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.db.models import Q
 
 from agents import jobs
 from agents.models import (
     Approval,
+    ApprovalSubject,
     ProjectReach,
     Reach,
     Run,
@@ -94,6 +97,16 @@ def run_news(run: Run, news: str, text: str) -> None:
         jobs.later("slack_post", message_id=message.pk)
     if news == "ended" and mail_on("mail_run_endings"):
         jobs.later("mail_run_ended", run_id=run.pk)
+
+
+def what_is_asked(approval: Approval) -> str:
+    """What a person is asked, in a line or a few: the command, the host, or the input."""
+    args = approval.tool_input or {}
+    if approval.subject == ApprovalSubject.NETWORK_HOST:
+        return f"connect to {args.get('host', '')}:{args.get('port', '')}"
+    if "command" in args and len(args) <= 2:
+        return f"$ {args['command']}"
+    return json.dumps(args, indent=1, sort_keys=True)
 
 
 def may_decide_on(user, run: Run) -> bool:

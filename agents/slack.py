@@ -13,7 +13,6 @@ The bot token is read from the settings at each call and never logged.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import timedelta
 from typing import Any
@@ -22,11 +21,10 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import jobs
+from agents import jobs, reach
 from agents.models import (
     Approval,
     ApprovalStatus,
-    ApprovalSubject,
     Event,
     EventKind,
     SlackMessage,
@@ -77,15 +75,6 @@ def asked_why(approval: Approval) -> str:
     return str((payload or {}).get("reason") or "")
 
 
-def what_is_asked(approval: Approval) -> str:
-    args = approval.tool_input or {}
-    if approval.subject == ApprovalSubject.NETWORK_HOST:
-        return f"connect to {args.get('host', '')}:{args.get('port', '')}"
-    if "command" in args and len(args) <= 2:
-        return f"$ {args['command']}"
-    return json.dumps(args, indent=1, sort_keys=True)
-
-
 def settled_words(approval: Approval) -> str:
     when = approval.decided_at.strftime("%Y-%m-%d %H:%M UTC") if approval.decided_at else ""
     who = approval.decided_by.get_username() if approval.decided_by else ""
@@ -103,7 +92,7 @@ def approval_blocks(approval: Approval) -> tuple[str, list[dict[str, Any]]]:
     run = approval.run
     run_link = f"<{base_url()}/runs/{run.pk}/|run {run.pk}>"
     text = f"Run {run.pk} asks to use {approval.tool_name}"
-    shown = what_is_asked(approval)
+    shown = reach.what_is_asked(approval)
     if len(shown) > SHOWN_INPUT:
         shown = shown[:SHOWN_INPUT] + "\n…"
     blocks: list[dict[str, Any]] = [
@@ -198,7 +187,7 @@ def deny_modal(approval: Approval, *, channel: str, ts: str) -> dict[str, Any]:
                 "text": {
                     "type": "mrkdwn",
                     "text": f"Run {approval.run_id}: `{escape(approval.tool_name)}`\n"
-                    f"```{escape(what_is_asked(approval)[:1000])}```",
+                    f"```{escape(reach.what_is_asked(approval)[:1000])}```",
                 },
             },
             {
