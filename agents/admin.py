@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
@@ -13,12 +14,16 @@ from agents.models import (
     Artifact,
     Checkpoint,
     Event,
+    MailLink,
     ProjectMemory,
+    ProjectReach,
+    Reach,
     Run,
     RunScript,
     Schedule,
     ScheduleEvent,
     Session,
+    SlackMessage,
     Trigger,
     WebhookDelivery,
 )
@@ -353,3 +358,47 @@ class ProjectMemoryAdmin(ReadOnlyAdmin):
     list_display = ("project", "key", "pinned", "source_run", "updated_by", "updated_at")
     list_filter = ("project", "pinned")
     search_fields = ("project", "key", "text")
+
+
+# --- reaching people: Slack and mail (agents/reach.py). The Slack bot token and signing secret
+# are settings from the environment, never rows: nothing here can show them.
+@admin.register(Reach)
+class ReachAdmin(admin.ModelAdmin):
+    list_display = ("user", "slack_user_id", "mail_approvals", "mail_run_endings")
+    search_fields = ("user__username", "user__email", "slack_user_id")
+    autocomplete_fields = ("user",)
+
+
+@admin.register(ProjectReach)
+class ProjectReachAdmin(admin.ModelAdmin):
+    list_display = (
+        "__str__",
+        "slack_approvals",
+        "slack_run_endings",
+        "slack_pauses",
+        "slack_budget_warnings",
+    )
+    search_fields = ("project", "slack_channel")
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "title": "Projects' Slack channels"}
+        slack = "set" if settings.SHIFTLOG["SLACK_BOT_TOKEN"] else "not set"
+        self.message_user(
+            request,
+            f"Slack bot token: {slack} (SHIFTLOG_SLACK_BOT_TOKEN); default channel: "
+            f"{settings.SHIFTLOG['SLACK_CHANNEL'] or 'none'} (SHIFTLOG_SLACK_CHANNEL). "
+            "A blank project is the default for every other project.",
+            messages.INFO,
+        )
+        return super().changelist_view(request, extra_context)
+
+
+@admin.register(SlackMessage)
+class SlackMessageAdmin(ReadOnlyAdmin):
+    list_display = ("__str__", "approval", "ts", "attempts", "last_error", "failed_at")
+    list_filter = ("kind",)
+
+
+@admin.register(MailLink)
+class MailLinkAdmin(ReadOnlyAdmin):
+    list_display = ("__str__", "created_at", "mailed_at", "used_at")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog
+from agents import eventlog, reach
 from agents.models import LIVE_STATUSES, Approval, ApprovalStatus, EventKind
 
 
@@ -48,6 +48,7 @@ def discard_pending(run_id: int, *, reason: str, actor: str) -> list[int]:
                 session_id=approval.session_id,
             )
             discarded.append(approval.pk)
+    reach.approval_settled(discarded)
     return discarded
 
 

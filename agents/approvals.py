@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, inputs, lifecycle, notifications, policy, sandbox, services
+from agents import eventlog, inputs, lifecycle, notifications, policy, reach, sandbox, services
 from agents.approval_endings import (  # noqa: F401 (discard_*: part of this module's surface)
     decided_payload,
     discard_of_ended_runs,
@@ -150,6 +150,7 @@ def request(
                 )
             )
         appended = eventlog.append_many(run.pk, events, lease_owner=lease_owner)
+        reach.approvals_asked(run, list(created.values()))
         notifications.notify(
             run,
             "approval.requested",
@@ -255,6 +256,12 @@ def _refused(approval: Approval) -> ApprovalError:
     return ApprovalError(f"approval {approval.pk} was already {approval.status} by {who} at {when}")
 
 
+def closed_words(approval: Approval) -> str:
+    """Why this approval can no longer be decided: who decided it and when, or that it expired
+    or was discarded."""
+    return str(_refused(approval))
+
+
 def decide(
     approval_id: int,
     *,
@@ -331,6 +338,7 @@ def _decide(
         )
         if not won:
             raise _refused(approval)
+        reach.approval_settled([approval.pk])
         extra = {}
         if edited_input is not None:
             extra = {
@@ -433,6 +441,7 @@ def _approve_matching(run_id: int, user, actor: str) -> None:
                 comment=comment,
             )
         ):
+            reach.approval_settled([other.pk])
             eventlog.append(
                 run_id,
                 EventKind.APPROVAL_DECIDED,
@@ -468,6 +477,7 @@ def expire_due(now=None) -> list[int]:
                 .update(status=ApprovalStatus.EXPIRED, decided_at=now, comment="expired")
             ):
                 continue
+            reach.approval_settled([approval.pk])
             eventlog.append(
                 approval.run_id,
                 EventKind.APPROVAL_DECIDED,

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import approval_endings, eventlog, fleets, jobs, notifications
+from agents import approval_endings, eventlog, fleets, jobs, notifications, reach
 from agents.models import EventKind, PauseCause, Run, RunStatus
 
 S = RunStatus
@@ -100,6 +100,9 @@ def transition(
             setattr(run, name, value)
         if notify and target in notifications.NOTIFY_STATUSES:
             notifications.notify(run, f"run.{target}", previous=current)
+        if notify and (target in TERMINAL or target == S.PAUSED):
+            news = "paused" if target == S.PAUSED else "ended"
+            reach.run_news(run, news, f"{target}: {reason}" if reason else str(target))
         if target in TERMINAL and settings.SHIFTLOG["OTEL_ENDPOINT"]:
             # The run's whole trace, once, by a worker after commit: nobody waits on the
             # collector (agents/telemetry.py).

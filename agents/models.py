@@ -642,6 +642,13 @@ from agents.external_models import (  # noqa: E402, F401
 )
 from agents.fleet_models import FleetChild  # noqa: E402, F401
 from agents.memory_models import ProjectMemory  # noqa: E402, F401
+from agents.reach_models import (  # noqa: E402, F401
+    MailLink,
+    ProjectReach,
+    Reach,
+    SlackMessage,
+    SlackMessageKind,
+)
 from agents.schedule_models import (  # noqa: E402, F401
     Overlap,
     Schedule,

@@ -21,7 +21,16 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import approvals, blobstore, checkpoints, jobs, notifications, sandbox, services
+from agents import (
+    approvals,
+    blobstore,
+    checkpoints,
+    jobs,
+    notifications,
+    sandbox,
+    services,
+    slack,
+)
 from agents.jobs import enqueue
 from agents.models import (
     DRIVABLE_STATUSES,
@@ -82,6 +91,7 @@ def reap(now=None) -> list[int]:
             requeued.append(run_id)
     reissue_lost_rewinds(now, emptied=emptied)
     notifications.requeue_lost(now, after=lost_after)
+    slack.requeue_lost(now, after=lost_after)
     resume_when_store_is_back()
     resume_when_database_is_back()
     return requeued

@@ -12,7 +12,7 @@ from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from agents import checkpoints, jobs, notifications, reaper, schedules, telemetry
+from agents import checkpoints, jobs, mail, notifications, reaper, schedules, slack, telemetry
 from agents.runtime.external_finish import run_finish
 from agents.runtime.loop import drive
 
@@ -76,6 +76,32 @@ def deliver_webhook(
 
 
 @db_task()
+def slack_post(*, message_id: int) -> str:
+    # One attempt per execution: a retry is scheduled with backoff (agents/slack.py).
+    return slack.deliver(message_id)
+
+
+@db_task()
+def slack_tell(*, channel: str, user: str, text: str) -> bool:
+    return slack.tell(channel=channel, user=user, text=text)
+
+
+@db_task()
+def mail_approvals(*, approval_ids: list[int]) -> int:
+    return mail.mail_approvals(approval_ids)
+
+
+@db_task()
+def mail_digest(*, user_id: int) -> int:
+    return mail.mail_digest(user_id)
+
+
+@db_task()
+def mail_run_ended(*, run_id: int) -> int:
+    return mail.mail_run_ended(run_id)
+
+
+@db_task()
 def export_trace(*, run_id: int) -> int | None:
     # One attempt: a collector that is down costs a warning in the log, not a retry loop here
     # (the exporter retries briefly itself).
@@ -101,4 +127,9 @@ jobs.register(
     external_finish=external_finish,
     deliver_webhook=deliver_webhook,
     export_trace=export_trace,
+    slack_post=slack_post,
+    slack_tell=slack_tell,
+    mail_approvals=mail_approvals,
+    mail_digest=mail_digest,
+    mail_run_ended=mail_run_ended,
 )

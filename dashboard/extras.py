@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "s3": ("boto3",),
     "otel": ("opentelemetry.exporter.otlp.proto.http",),
     "claude": ("anthropic",),
+    "slack": ("slack_sdk",),
 }
 
 

@@ -580,11 +580,37 @@ SHIFTLOG = {
     # many children one spawn_runs call may start. Beyond them the tool answers with an error.
     "FLEET_MAX_DEPTH": int(env_number("SHIFTLOG_FLEET_MAX_DEPTH", 2)),
     "FLEET_MAX_CHILDREN": int(env_number("SHIFTLOG_FLEET_MAX_CHILDREN", 8)),
+    # Slack (agents/slack.py; docs/deploy.md): the bot's token and the app's signing secret come
+    # from the environment only (never a row, never shown); the channel when a project names none.
+    "SLACK_BOT_TOKEN": env_str("SHIFTLOG_SLACK_BOT_TOKEN"),
+    "SLACK_SIGNING_SECRET": env_str("SHIFTLOG_SLACK_SIGNING_SECRET"),
+    "SLACK_CHANNEL": env_str("SHIFTLOG_SLACK_CHANNEL"),
+    "SLACK_API_URL": env_str("SHIFTLOG_SLACK_API_URL", "https://slack.com/api/"),
+    "SLACK_ATTEMPTS": int(env_number("SHIFTLOG_SLACK_ATTEMPTS", 5)),
+    "SLACK_BACKOFF_SECONDS": env_number("SHIFTLOG_SLACK_BACKOFF", 2.0, float),
+    # Mail (agents/mail.py) to the people who opted in, through Django's email backend (EMAIL_*):
+    # one-time links valid this long; more than DIGEST_AFTER approval mails to one person within
+    # DIGEST_SECONDS and the rest wait for one digest.
+    "MAIL_NOTIFICATIONS": env_bool("SHIFTLOG_MAIL_NOTIFICATIONS", True),
+    "MAIL_LINK_SECONDS": int(env_number("SHIFTLOG_MAIL_LINK_SECONDS", 86400)),
+    "MAIL_DIGEST_AFTER": int(env_number("SHIFTLOG_MAIL_DIGEST_AFTER", 3)),
+    "MAIL_DIGEST_SECONDS": int(env_number("SHIFTLOG_MAIL_DIGEST_SECONDS", 600)),
 }
+
+EMAIL_BACKEND = env_str("SHIFTLOG_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("SHIFTLOG_EMAIL_HOST", "localhost")
+EMAIL_PORT = int(env_number("SHIFTLOG_EMAIL_PORT", 25))
+EMAIL_HOST_USER = env_str("SHIFTLOG_EMAIL_USER")
+EMAIL_HOST_PASSWORD = env_str("SHIFTLOG_EMAIL_PASSWORD")
+EMAIL_USE_TLS = env_bool("SHIFTLOG_EMAIL_TLS", False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env_str("SHIFTLOG_EMAIL_FROM", "shiftlog@localhost")
 
 if SHIFTLOG["BLOB_STORE"].startswith("s3://"):
     require("s3", "SHIFTLOG_BLOB_STORE (an s3:// store)")
 if SHIFTLOG["OTEL_ENDPOINT"] or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
     require("otel", "OTEL_EXPORTER_OTLP_ENDPOINT (an OpenTelemetry collector)")
+if SHIFTLOG["SLACK_BOT_TOKEN"] or SHIFTLOG["SLACK_SIGNING_SECRET"]:
+    require("slack", "SHIFTLOG_SLACK_BOT_TOKEN (Slack approvals)")
 if SHIFTLOG["ANTHROPIC_API_KEY"]:
     require("claude", "ANTHROPIC_API_KEY (runs driven by Claude)")

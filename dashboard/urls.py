@@ -17,6 +17,7 @@ from dashboard import (
     memory_views,
     overview_views,
     panel_views,
+    reach_views,
     schedule_views,
     timeline_views,
     views,
@@ -123,6 +124,8 @@ urlpatterns = [
     path("triggers/<id:trigger_id>/revoke", schedule_views.trigger_revoke, name="trigger-revoke"),
     path("approvals/", views.approvals_inbox, name="approvals"),
     path("approvals/<id:approval_id>/decide", views.approval_decide, name="approval-decide"),
+    path("approvals/mail/<str:token>/", reach_views.mail_link, name="approval-mail-link"),
+    path("slack/interactive", reach_views.slack_interactive, name="slack-interactive"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(template_name="registration/login.html"),

@@ -24,7 +24,7 @@ from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, blobstore, inputs, overview, pages, services
+from agents import approvals, blobstore, inputs, overview, pages, reach, services
 from agents.models import (
     Artifact,
     Event,
@@ -220,6 +220,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             if run.is_external and run.is_live
             else None,
             **fleet_views.context(request.user, run, context.get("rollup")),
+            "approvals_go": reach.where_approvals_go(run),
         }
     )
     return render(request, "runs/detail.html", context)

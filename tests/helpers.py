@@ -95,6 +95,32 @@ def run_queued(name: str) -> list:
     return done
 
 
+NOTIFY_TASKS = ("slack_post", "slack_tell", "mail_approvals", "mail_run_ended", "mail_digest")
+
+
+def drain() -> list[str]:
+    """Run the queued notification tasks as a worker would (the tests' huey keeps its queue in
+    memory and no consumer reads it), retries scheduled for later taken as due, until none is
+    left; the names run, in order."""
+    from datetime import datetime
+
+    from huey.contrib.djhuey import HUEY
+
+    from agents import jobs
+
+    done = []
+    for _ in range(50):
+        tasks = [task] if (task := HUEY.dequeue()) is not None else []
+        tasks = tasks or HUEY.read_schedule(datetime(9999, 1, 1))
+        if not tasks:
+            return done
+        for task in tasks:
+            if task.name in NOTIFY_TASKS:
+                jobs.body(task.name)(*task.args, **task.kwargs)
+                done.append(task.name)
+    raise AssertionError("the tasks did not settle")
+
+
 def kinds(run: Run) -> list[str]:
     return list(run.events.order_by("seq").values_list("kind", flat=True))
 

@@ -8,7 +8,7 @@ import time
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from agents import fleets, isolation
+from agents import fleets, isolation, reach
 from agents.eventlog import NewEvent
 from agents.isolation import MIB
 from agents.models import EventKind, PauseCause, Run, RunStatus
@@ -56,6 +56,7 @@ class Budgets:
             return
         run.budget_warnings = [*run.budget_warnings, name]
         Run.objects.filter(pk=run.pk).update(budget_warnings=run.budget_warnings)
+        reach.run_news(run, "budget", f"has used {used} of its {name} budget ({limit})")
         # Budget events belong to the run, not to a session.
         self.s.append(
             NewEvent(

@@ -33,6 +33,7 @@ from agents import (
     isolation,
     leases,
     policy,
+    reach,
     sandbox,
     workspaces,
 )
@@ -497,6 +498,7 @@ def withdraw(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict
                 .update(status=ApprovalStatus.WITHDRAWN, decided_at=timezone.now(), comment=why)
             ):
                 raise ExternalError(f"tool call {call_id} was decided meanwhile; ask again")
+            reach.approval_settled([call.approval.pk])
             eventlog.append(
                 call.run_id,
                 EventKind.APPROVAL_DECIDED,
