@@ -171,9 +171,9 @@ def test_a_later_different_edit_asks_again_and_the_same_one_never_twice(tmp_path
 
 
 @pytest.fixture
-def asked(project):
+def asked(project, decider):
     """A run with a config change waiting (made as the runtime makes it, without a worker)."""
-    run = make_run(turns=[finish_turn()], workspace_from=str(project))
+    run = make_run(turns=[finish_turn()], workspace_from=str(project), created_by=decider)
     held = [
         config_changes.Held(
             "tests/conftest.py",
@@ -220,3 +220,34 @@ def test_an_edit_or_allow_similar_is_refused_and_a_denial_via_the_api_needs_a_re
     assert r.status_code == 200 and r.json()["status"] == "denied"
     asked.run.refresh_from_db()
     assert "tests/conftest.py" not in asked.run.check_settings  # denied: the baseline stays
+
+
+def test_a_protected_file_changed_with_bash_is_held_and_once_approved_is_the_baseline(
+    tmp_path, decider
+):
+    root = tmp_path / "spec"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "SPEC.md").write_text("version 1\n")
+    run = drive_until_idle(
+        make_run(
+            turns=[
+                {"tool_calls": [call("bash", command="echo 'version 2' > docs/SPEC.md")]},
+                finish_turn(),
+                finish_turn(),
+                finish_turn(),
+            ],
+            checks=["grep -q 'version 2' docs/SPEC.md"],
+            workspace_from=str(root),
+            protected_paths=["docs/SPEC.md"],
+        )
+    )
+    assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
+    assert (run.workspace_path / "docs" / "SPEC.md").read_text() == "version 1\n"
+    approval = Approval.objects.get(run=run)
+    [held] = approval.tool_input["files"]
+    assert held["what"] == config_changes.PROTECTED and "+version 2" in held["diff"]
+    approvals.decide_as(approval.pk, user=decider, decision="approve", reason="the spec moved")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, finish_outputs(run)[-1]
+    assert "Their comment: the spec moved" in told(run)[0]
+    assert run.protected["docs/SPEC.md"]["hash"] == config_changes._digest(b"version 2\n")
