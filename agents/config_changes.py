@@ -49,7 +49,7 @@ class Held:
     mode: int = 0o644
 
 
-def _digest(data: bytes) -> str:
+def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -62,7 +62,7 @@ def leftover(workspace: Path, prints: dict[str, Any], rel: str) -> bool:
     a change (the harness's own put-back, not the agent's work)."""
     replaced = (prints.get(rel) or {}).get("replaced") or []
     path = Path(workspace) / rel
-    return bool(replaced) and _regular(path) and _digest(path.read_bytes()) in replaced
+    return bool(replaced) and _regular(path) and digest(path.read_bytes()) in replaced
 
 
 def held_settings(workspace: Path, found: list[dict[str, Any]]) -> list[Held]:
@@ -102,9 +102,9 @@ def held_protected(
 def call_id(held: list[Held]) -> str:
     """The approval's tool_use_id: the same change set is the same approval (asked once)."""
     key = json.dumps(
-        sorted((h.what, h.path, _digest(h.data) if h.data is not None else "-") for h in held)
+        sorted((h.what, h.path, digest(h.data) if h.data is not None else "-") for h in held)
     )
-    return f"config:{_digest(key.encode())[:40]}"
+    return f"config:{digest(key.encode())[:40]}"
 
 
 def _text(data: bytes | None) -> str | None:
@@ -149,12 +149,12 @@ def _entry(h: Held) -> dict[str, Any]:
         return {"hash": store.put(h.data), "size": len(h.data), "mode": h.mode}
     if h.data is None:
         return {"kind": "test settings", "hash": "", "absent": True}
-    entry = {"kind": "test settings", "hash": _digest(h.data), "blob": store.put(h.data)}
+    entry = {"kind": "test settings", "hash": digest(h.data), "blob": store.put(h.data)}
     if h.path.endswith(check_settings.PYPROJECT):
         table = check_settings._pytest_table(h.data)
         entry["kind"] = "pyproject.toml's [tool.pytest]"
         if table:
-            entry["table"] = _digest(table.encode())
+            entry["table"] = digest(table.encode())
         else:  # no test settings left: nothing the scan reports, the file itself is kept
             entry["absent"] = True
     return entry

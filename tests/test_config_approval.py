@@ -6,6 +6,7 @@ kept by a fork. The checks here are a real pytest suite, run by scripted agents.
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def test_an_approved_marker_registration_is_used_by_the_next_check_and_kept_by_a
     call_command("approve", str(approval.pk), "--user", decider.username)
     run.refresh_from_db()
     entry = run.check_settings["pyproject.toml"]
-    assert entry["hash"] == config_changes._digest(REGISTERED.encode())
+    assert entry["hash"] == config_changes.digest(REGISTERED.encode())
     decided = Event.objects.get(run=run, kind="approval.decided").payload
     assert decided["baseline"] == [
         {"path": "pyproject.toml", "what": config_changes.SETTINGS, "hash": entry["hash"]}
@@ -201,12 +202,15 @@ def test_the_inbox_card_shows_the_diff_escaped_and_approving_there_moves_the_bas
     web.post(reverse("approval-decide", args=[asked.pk]), {"decision": "approve"})
     asked.run.refresh_from_db()
     entry = asked.run.check_settings["tests/conftest.py"]
-    assert entry["hash"] == config_changes._digest(b"import os\n# <script>alert(1)</script>\n")
+    assert entry["hash"] == config_changes.digest(b"import os\n# <script>alert(1)</script>\n")
 
 
 def test_an_edit_or_allow_similar_is_refused_and_a_denial_via_the_api_needs_a_reason(
     asked, decider
 ):
+    out = io.StringIO()
+    call_command("approvals", stdout=out)
+    assert "config_change tests/conftest.py\n--- /dev/null" in out.getvalue()
     with pytest.raises(CommandError, match="approved or denied, not edited"):
         call_command("approve", str(asked.pk), "--user", decider.username, "--input", "{}")
     with pytest.raises(approvals.ApprovalError, match="approve it alone"):
@@ -250,4 +254,4 @@ def test_a_protected_file_changed_with_bash_is_held_and_once_approved_is_the_bas
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, finish_outputs(run)[-1]
     assert "Their comment: the spec moved" in told(run)[0]
-    assert run.protected["docs/SPEC.md"]["hash"] == config_changes._digest(b"version 2\n")
+    assert run.protected["docs/SPEC.md"]["hash"] == config_changes.digest(b"version 2\n")

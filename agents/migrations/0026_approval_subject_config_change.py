@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0025_pause_cause_database'),
+        ("agents", "0025_pause_cause_database"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='approval',
-            name='subject',
-            field=models.CharField(choices=[('tool_call', 'a tool call'), ('network_host', 'a network host'), ('merge_conflict', 'a merge conflict'), ('config_change', 'a change to how the checks run')], default='tool_call', max_length=20),
+            model_name="approval",
+            name="subject",
+            field=models.CharField(
+                choices=[
+                    ("tool_call", "a tool call"),
+                    ("network_host", "a network host"),
+                    ("merge_conflict", "a merge conflict"),
+                    ("config_change", "a change to how the checks run"),
+                ],
+                default="tool_call",
+                max_length=20,
+            ),
         ),
     ]
