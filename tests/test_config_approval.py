@@ -124,9 +124,7 @@ def test_a_deselecting_config_is_held_asked_and_a_denial_keeps_the_start(project
 
 
 @needs_bwrap
-def test_an_approved_marker_registration_is_used_by_the_next_check_and_kept_by_a_fork(
-    project, decider
-):
+def test_an_approved_marker_registration_is_used_by_the_next_check_and_by_a_fork(project, decider):
     run = config_run(
         project,
         write("calc.py", FIXED),
@@ -150,16 +148,17 @@ def test_an_approved_marker_registration_is_used_by_the_next_check_and_kept_by_a
     assert decided["baseline"] == [
         {"path": "pyproject.toml", "what": config_changes.SETTINGS, "hash": entry["hash"]}
     ]
-    # A rewind to the start keeps the approved baseline (run state): the agent's replayed
-    # edits now match it, and the first finish succeeds.
-    start = Checkpoint.objects.get(run=run, kind=CheckpointKind.RUN_START)
-    checkpoints.rewind(run.pk, start.pk, actor="user:dana")
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, finish_outputs(run)[-1]
     assert "approved your change" in told(run)[0]
     assert (run.workspace_path / "pyproject.toml").read_text() == REGISTERED
-    assert Event.objects.filter(run=run, kind="check.tampered").count() == 1  # the first only
+    # The harness's own earlier put-back of the start's version is not the agent's change.
+    assert Event.objects.filter(run=run, kind="check.tampered").count() == 1
+    assert Approval.objects.filter(run=run).count() == 1
 
+    # A fork copies the approved baseline (what a rewind keeps is shown below, with a quicker
+    # check).
+    start = Checkpoint.objects.get(run=run, kind=CheckpointKind.RUN_START)
     fork = checkpoints.fork(run.pk, start.pk, actor="user:dana", created_by=decider)
     assert fork.check_settings["pyproject.toml"]["hash"] == entry["hash"]
 
@@ -226,9 +225,7 @@ def test_an_edit_or_allow_similar_is_refused_and_a_denial_via_the_api_needs_a_re
     assert "tests/conftest.py" not in asked.run.check_settings  # denied: the baseline stays
 
 
-def test_a_protected_file_changed_with_bash_is_held_and_once_approved_is_the_baseline(
-    tmp_path, decider
-):
+def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path, decider):
     root = tmp_path / "spec"
     (root / "docs").mkdir(parents=True)
     (root / "docs" / "SPEC.md").write_text("version 1\n")
@@ -251,7 +248,12 @@ def test_a_protected_file_changed_with_bash_is_held_and_once_approved_is_the_bas
     [held] = approval.tool_input["files"]
     assert held["what"] == config_changes.PROTECTED and "+version 2" in held["diff"]
     approvals.decide_as(approval.pk, user=decider, decision="approve", reason="the spec moved")
+    # A rewind to the start keeps the approved baseline (run state, not the agent's branch):
+    # the agent's replayed edit now matches it, and its first finish succeeds.
+    start = Checkpoint.objects.get(run=run, kind=CheckpointKind.RUN_START)
+    checkpoints.rewind(run.pk, start.pk, actor="user:dana")
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, finish_outputs(run)[-1]
+    assert "1 of 1 passed" in finish_outputs(run)[-1]
     assert "Their comment: the spec moved" in told(run)[0]
     assert run.protected["docs/SPEC.md"]["hash"] == config_changes.digest(b"version 2\n")
