@@ -178,7 +178,8 @@ class Finish:
     def _put_back(self, at: str) -> list[str]:
         self._blocked = []
         self.config.refresh()  # a person's approval may have moved a baseline
-        self.config.tell_decisions()
+        if at != "session_end":  # the session ending would not carry it to the next one
+            self.config.tell_decisions()
         notes: list[str] = []
         held: list[config_changes.Held] = []
         if self.s.run.protected:
