@@ -36,6 +36,7 @@ RUNNER_FILES = (check_settings.SETTINGS_FILES - {"sitecustomize.py", "usercustom
 SETTINGS_KINDS = frozenset({"test settings", "pyproject.toml's [tool.pytest]"})
 DIFF_LIMIT = 20_000  # characters of one file's diff on the card
 SETTINGS, PROTECTED = "test-runner settings", "a protected file"
+ABSENT = "absent"  # in an entry's "replaced": the checks used no file there before
 
 
 @dataclass
@@ -62,6 +63,8 @@ def leftover(workspace: Path, prints: dict[str, Any], rel: str) -> bool:
     a change (the harness's own put-back, not the agent's work)."""
     replaced = (prints.get(rel) or {}).get("replaced") or []
     path = Path(workspace) / rel
+    if not path.exists() and not path.is_symlink():
+        return ABSENT in replaced
     return bool(replaced) and _regular(path) and digest(path.read_bytes()) in replaced
 
 
@@ -203,7 +206,9 @@ def apply(run, tool_input: dict[str, Any]) -> list[dict[str, str]]:
         prints = settings if f["what"] == SETTINGS else protected
         was = prints.get(f["path"]) or {}
         replaced = list(was.get("replaced") or [])
-        if was and not was.get("absent") and was.get("hash"):
+        if not was or (was.get("absent") and not was.get("blob")) or not was.get("hash"):
+            replaced.append(ABSENT)  # the checks used no file there
+        else:
             replaced.append(was["hash"])
         prints[f["path"]] = {**f["entry"], "replaced": replaced[-20:]}
         done.append({"path": f["path"], "what": f["what"], "hash": f["entry"].get("hash", "")})

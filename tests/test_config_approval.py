@@ -225,7 +225,11 @@ def test_an_edit_or_allow_similar_is_refused_and_a_denial_via_the_api_needs_a_re
     assert "tests/conftest.py" not in asked.run.check_settings  # denied: the baseline stays
 
 
-def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path, decider):
+@pytest.mark.parametrize("rewind", [False, True])
+def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path, decider, rewind):
+    """A protected file changed and one added under the protected folder, with bash: held, and
+    once approved what the checks use, whether the run goes on (the harness's own put-back is
+    not taken for the agent's change) or is rewound to its start (the baseline is run state)."""
     root = tmp_path / "spec"
     (root / "docs").mkdir(parents=True)
     (root / "docs" / "SPEC.md").write_text("version 1\n")
@@ -233,27 +237,31 @@ def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path
         make_run(
             turns=[
                 {"tool_calls": [call("bash", command="echo 'version 2' > docs/SPEC.md")]},
+                {"tool_calls": [call("bash", command="echo new > docs/NEW.md")]},
                 finish_turn(),
                 finish_turn(),
                 finish_turn(),
             ],
-            checks=["grep -q 'version 2' docs/SPEC.md"],
+            checks=["grep -q 'version 2' docs/SPEC.md && test -e docs/NEW.md"],
             workspace_from=str(root),
-            protected_paths=["docs/SPEC.md"],
+            protected_paths=["docs/"],
         )
     )
     assert run.status == RunStatus.AWAITING_APPROVAL, run.status_reason
     assert (run.workspace_path / "docs" / "SPEC.md").read_text() == "version 1\n"
+    assert not (run.workspace_path / "docs" / "NEW.md").exists()
     approval = Approval.objects.get(run=run)
-    [held] = approval.tool_input["files"]
-    assert held["what"] == config_changes.PROTECTED and "+version 2" in held["diff"]
+    held = {f["path"]: f for f in approval.tool_input["files"]}
+    assert sorted(held) == ["docs/NEW.md", "docs/SPEC.md"]
+    assert held["docs/SPEC.md"]["what"] == config_changes.PROTECTED
+    assert "+version 2" in held["docs/SPEC.md"]["diff"] and "+new" in held["docs/NEW.md"]["diff"]
     approvals.decide_as(approval.pk, user=decider, decision="approve", reason="the spec moved")
-    # A rewind to the start keeps the approved baseline (run state, not the agent's branch):
-    # the agent's replayed edit now matches it, and its first finish succeeds.
-    start = Checkpoint.objects.get(run=run, kind=CheckpointKind.RUN_START)
-    checkpoints.rewind(run.pk, start.pk, actor="user:dana")
+    if rewind:
+        start = Checkpoint.objects.get(run=run, kind=CheckpointKind.RUN_START)
+        checkpoints.rewind(run.pk, start.pk, actor="user:dana")
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, finish_outputs(run)[-1]
     assert "1 of 1 passed" in finish_outputs(run)[-1]
     assert "Their comment: the spec moved" in told(run)[0]
     assert run.protected["docs/SPEC.md"]["hash"] == config_changes.digest(b"version 2\n")
+    assert Approval.objects.filter(run=run).count() == 1  # nothing asked again
