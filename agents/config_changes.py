@@ -30,9 +30,8 @@ from agents import blobstore, check_settings
 
 TOOL = "config_change"
 # Settings files of a test runner (start-up hooks are not: they run code, they configure nothing).
-RUNNER_FILES = (check_settings.SETTINGS_FILES - {"sitecustomize.py", "usercustomize.py"}) | {
-    check_settings.PYPROJECT
-}
+STARTUP = frozenset({"sitecustomize.py", "usercustomize.py"})
+RUNNER_FILES = (check_settings.SETTINGS_FILES - STARTUP) | {check_settings.PYPROJECT}
 SETTINGS_KINDS = frozenset({"test settings", "pyproject.toml's [tool.pytest]"})
 DIFF_LIMIT = 20_000  # characters of one file's diff on the card
 SETTINGS, PROTECTED = "test-runner settings", "a protected file"
@@ -93,6 +92,8 @@ def held_protected(
         rel = c["path"]
         if rel.endswith("/") or (prints.get(rel) or {}).get("folder"):
             continue
+        if rel.rsplit("/", 1)[-1] in STARTUP or rel.endswith(".pth"):
+            continue  # start-up code: never a person's to approve (it stays put back)
         path = Path(workspace) / rel
         if _regular(path):
             mode = path.stat().st_mode & 0o777
@@ -172,15 +173,18 @@ def request_input(
     for h in held:
         prints = settings if h.what == SETTINGS else protected
         was = prints.get(h.path)
-        files.append(
-            {
-                "path": h.path,
-                "change": h.change,
-                "what": h.what,
-                "diff": file_diff(h.path, _in_use(was, h.what), h.data),
-                "entry": _entry(h),
-            }
-        )
+        f = {
+            "path": h.path,
+            "change": h.change,
+            "what": h.what,
+            "diff": file_diff(h.path, _in_use(was, h.what), h.data),
+            "entry": _entry(h),
+        }
+        if h.what == PROTECTED and h.path.rsplit("/", 1)[-1] in RUNNER_FILES:
+            # A protected conftest.py (tests/ is protected by default) is test settings too:
+            # both baselines take the approved content, or the next check would ask again.
+            f["settings_entry"] = _entry(Held(h.path, h.change, SETTINGS, h.data))
+        files.append(f)
     return {"files": files}
 
 
@@ -203,15 +207,21 @@ def apply(run, tool_input: dict[str, Any]) -> list[dict[str, str]]:
     protected = dict(run.protected or {})
     done = []
     for f in tool_input.get("files", []):
-        prints = settings if f["what"] == SETTINGS else protected
-        was = prints.get(f["path"]) or {}
-        replaced = list(was.get("replaced") or [])
-        if not was or (was.get("absent") and not was.get("blob")) or not was.get("hash"):
-            replaced.append(ABSENT)  # the checks used no file there
-        else:
-            replaced.append(was["hash"])
-        prints[f["path"]] = {**f["entry"], "replaced": replaced[-20:]}
+        _adopt(settings if f["what"] == SETTINGS else protected, f["path"], f["entry"])
+        if f.get("settings_entry"):
+            _adopt(settings, f["path"], f["settings_entry"])
         done.append({"path": f["path"], "what": f["what"], "hash": f["entry"].get("hash", "")})
     run.check_settings, run.protected = settings, protected
     type(run).objects.filter(pk=run.pk).update(check_settings=settings, protected=protected)
     return done
+
+
+def _adopt(prints: dict[str, Any], rel: str, entry: dict[str, Any]) -> None:
+    """`entry` becomes the baseline of `rel`, remembering what the checks used before."""
+    was = prints.get(rel) or {}
+    replaced = list(was.get("replaced") or [])
+    if not was or (was.get("absent") and not was.get("blob")) or not was.get("hash"):
+        replaced.append(ABSENT)  # the checks used no file there
+    else:
+        replaced.append(was["hash"])
+    prints[rel] = {**entry, "replaced": replaced[-20:]}

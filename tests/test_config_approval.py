@@ -238,6 +238,7 @@ def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path
             turns=[
                 {"tool_calls": [call("bash", command="echo 'version 2' > docs/SPEC.md")]},
                 {"tool_calls": [call("bash", command="echo new > docs/NEW.md")]},
+                {"tool_calls": [call("bash", command="echo '# ok' > docs/conftest.py")]},
                 finish_turn(),
                 finish_turn(),
                 finish_turn(),
@@ -252,7 +253,7 @@ def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path
     assert not (run.workspace_path / "docs" / "NEW.md").exists()
     approval = Approval.objects.get(run=run)
     held = {f["path"]: f for f in approval.tool_input["files"]}
-    assert sorted(held) == ["docs/NEW.md", "docs/SPEC.md"]
+    assert sorted(held) == ["docs/NEW.md", "docs/SPEC.md", "docs/conftest.py"]
     assert held["docs/SPEC.md"]["what"] == config_changes.PROTECTED
     assert "+version 2" in held["docs/SPEC.md"]["diff"] and "+new" in held["docs/NEW.md"]["diff"]
     approvals.decide_as(approval.pk, user=decider, decision="approve", reason="the spec moved")
@@ -265,3 +266,6 @@ def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path
     assert "Their comment: the spec moved" in told(run)[0]
     assert run.protected["docs/SPEC.md"]["hash"] == config_changes.digest(b"version 2\n")
     assert Approval.objects.filter(run=run).count() == 1  # nothing asked again
+    # The conftest.py under the protected folder is test settings too: both baselines moved.
+    assert run.check_settings["docs/conftest.py"]["hash"] == config_changes.digest(b"# ok\n")
+    assert (run.workspace_path / "docs" / "conftest.py").read_text() == "# ok\n"
