@@ -1,5 +1,6 @@
-"""Approvals: a tool call (or a network host, a merge conflict) waiting for a person's decision.
-Imported by agents/models.py, which re-exports them."""
+"""Approvals: a tool call (or a network host, a merge conflict, a change to how the checks run)
+waiting for a person's decision. Imported by agents/models.py, which
+re-exports them."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class ApprovalSubject(models.TextChoices):
     TOOL_CALL = "tool_call", "a tool call"
     NETWORK_HOST = "network_host", "a network host"  # tool_input: {host, port}
     MERGE_CONFLICT = "merge_conflict", "a merge conflict"  # tool_input: {run_id, choose, ...}
+    # The agent changed how the checks run (test-runner settings, a protected test file):
+    # tool_input: {files: [{path, change, what, diff, entry, ...}]} (agents/config_changes.py).
+    CONFIG_CHANGE = "config_change", "a change to how the checks run"
 
 
 class ApprovalQuerySet(models.QuerySet):

@@ -27,7 +27,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import eventlog, inputs, lifecycle, notifications, policy, reach, sandbox, services
+from agents import (
+    config_changes,
+    eventlog,
+    inputs,
+    lifecycle,
+    notifications,
+    policy,
+    reach,
+    sandbox,
+    services,
+)
 from agents.approval_endings import (  # noqa: F401 (discard_*: part of this module's surface)
     decided_payload,
     discard_of_ended_runs,
@@ -287,6 +297,11 @@ def decide(
             raise ApprovalError("an edit goes with an approval, not a denial")
         if approval.subject == ApprovalSubject.NETWORK_HOST:
             raise ApprovalError("a network connection is allowed or denied, not edited")
+        if approval.subject == ApprovalSubject.CONFIG_CHANGE:
+            raise ApprovalError(
+                "a change to how the checks run is approved or denied, not edited (deny it "
+                "with a reason saying what to change)"
+            )
         try:
             edited_input = _valid_edit(approval, edited_input)
         except sandbox.ToolInputError as e:
@@ -297,6 +312,10 @@ def decide(
             edited_input = None
     if allow_similar and not approve:
         raise ApprovalError("allow-similar goes with an approval")
+    if allow_similar and approval.subject == ApprovalSubject.CONFIG_CHANGE:
+        raise ApprovalError(
+            "allow-similar does not apply to a change to how the checks run: approve it alone"
+        )
     status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
     try:
         _decide(approval, user, status, comment, edited_input, allow_similar)
@@ -339,7 +358,10 @@ def _decide(
         if not won:
             raise _refused(approval)
         reach.approval_settled([approval.pk])
-        extra = {}
+        extra: dict[str, Any] = {}
+        if approve and approval.subject == ApprovalSubject.CONFIG_CHANGE:
+            # The approved content becomes what the checks use for those files (run state).
+            extra["baseline"] = config_changes.apply(run, approval.tool_input)
         if edited_input is not None:
             extra = {
                 "edited_input": edited_input,

@@ -215,7 +215,8 @@ def changes(
     found = []
     for rel, p in now.items():
         was = prints.get(rel)
-        if was is None:
+        # "absent": a person approved taking it out (agents/config_changes.py).
+        if was is None or was.get("absent"):
             found.append({"path": rel, "change": "added", "kind": p["kind"]})
         elif rel.endswith(PYPROJECT) and "table" in was:
             if p.get("table") != was["table"]:
@@ -223,7 +224,7 @@ def changes(
         elif p["hash"] != was["hash"]:
             found.append({"path": rel, "change": "modified", "kind": p["kind"]})
     for rel, was in prints.items():
-        if rel not in now:
+        if rel not in now and not was.get("absent"):
             path = Path(workspace) / rel
             if rel.endswith(PYPROJECT) and path.is_file():
                 # Still there, without test settings: they were taken out.

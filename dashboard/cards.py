@@ -9,7 +9,7 @@ import json
 
 from django.template.loader import render_to_string
 
-from agents import approvals, workspaces
+from agents import approvals, config_changes, workspaces
 from agents.models import Approval, ApprovalSubject
 from dashboard import access
 from dashboard.markup import diff_lines
@@ -69,6 +69,8 @@ def call_diff(approval: Approval) -> str:
     if approval.edited_input is not None:
         return approvals.input_diff(approval.tool_name, approval.tool_input, approval.edited_input)
     args = approval.tool_input or {}
+    if approval.subject == ApprovalSubject.CONFIG_CHANGE:
+        return config_changes.card_diff(args)
     if approval.tool_name == "bash":
         return f"+ $ {args.get('command', '')}"
     if approval.subject == ApprovalSubject.NETWORK_HOST:

@@ -20,6 +20,7 @@ from django.db.models import F
 
 from agents import (
     check_settings,
+    config_changes,
     done_conditions,
     held_out,
     sandbox,
@@ -29,6 +30,7 @@ from agents import (
 )
 from agents.eventlog import LeaseLost
 from agents.models import (
+    Approval,
     ArtifactKind,
     Checkpoint,
     CheckpointKind,
@@ -40,6 +42,8 @@ from agents.models import (
 )
 from agents.providers import pricing
 from agents.providers.base import ProviderError, Usage
+from agents.runtime.config_hold import ConfigHold
+from agents.runtime.gate import wait_for
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 from agents.runtime.turns import Turns, crashed
@@ -61,6 +65,7 @@ class Finish:
         self.sessions = sessions
         self.turns = turns  # the judge is a model call: it fails as a turn does
         self._blocked: list[dict[str, Any]] = []  # what the last put-back found that blocks
+        self.config = ConfigHold(s)  # changes to how the checks run, held for a person
 
     def finish(self, block: dict[str, Any]) -> None:
         """The agent called finish: verify; succeed (the slice ends) or tell it what fails."""
@@ -71,6 +76,7 @@ class Finish:
             reason="the agent called finish; running the done-conditions",
             expect={RunStatus.RUNNING},
         )
+        asked = self.config.pending()  # held changes the agent was told of before this call
         outcome = self.verify(at="finish")
         passed, notes = outcome.passed, outcome.notes
         if passed and (s.run.held_out or {}).get("checks"):
@@ -98,6 +104,9 @@ class Finish:
             expect={RunStatus.VERIFYING},
         )
         s.record_result(block, sandbox.ToolResult(output=summary, is_error=True))
+        if (waiting := asked & self.config.pending()) and not s.run.is_external:
+            # Finish again with the change still held: nothing else to do but wait for it.
+            wait_for(s, Approval.objects.get(pk=min(waiting)))
 
     def _succeed(self, block: dict[str, Any], summary: str) -> NoReturn:
         s = self.s
@@ -168,12 +177,16 @@ class Finish:
 
     def _put_back(self, at: str) -> list[str]:
         self._blocked = []
+        self.config.refresh()  # a person's approval may have moved a baseline
+        if at != "session_end":  # the session ending would not carry it to the next one
+            self.config.tell_decisions()
         notes: list[str] = []
+        held: list[config_changes.Held] = []
         if self.s.run.protected:
-            notes += self._put_back_protected(at)
+            notes += self._put_back_protected(at, held)
         if self.s.run.check_settings is not None:
-            notes += self._put_back_check_settings(at)
-        return notes
+            notes += self._put_back_check_settings(at, held)
+        return notes + self.config.hold(held)
 
     def _check(self, at: str, notes: list[str]) -> Verification:
         s, run = self.s, self.s.run
@@ -222,12 +235,18 @@ class Finish:
         )
         return Verification(passed, results, required, notes)
 
-    def _put_back_protected(self, at: str) -> list[str]:
+    def _put_back_protected(self, at: str, held: list[config_changes.Held]) -> list[str]:
         """Protected files changed since creation are recorded and put back before the checks;
-        what was added under a protected folder is kept as an artifact, not lost."""
+        what was added under a protected folder is kept as an artifact, not lost; what a person
+        may approve is added to `held`."""
         s, run = self.s, self.s.run
         notes = []
-        changed = verification.tampered(s.workspace, run.protected)
+        everything = verification.tampered(s.workspace, run.protected)
+        quiet = self.config.quiet(everything, run.protected)
+        changed = [c for c in everything if c not in quiet]
+        held += config_changes.held_protected(s.workspace.path, run.protected, changed)
+        if quiet:  # the harness's own earlier put-back: put back again, not the agent's work
+            verification.restore_originals(s.workspace, run.protected, quiet)
         if changed:
             s.append(s.event(EventKind.CHECK_TAMPERED, {"files": changed, "at": at}))
             moved = verification.restore_originals(s.workspace, run.protected, changed)
@@ -241,14 +260,19 @@ class Finish:
         verification.clear_caches(s.workspace, run.protected)
         return notes
 
-    def _put_back_check_settings(self, at: str) -> list[str]:
+    def _put_back_check_settings(self, at: str, held: list[config_changes.Held]) -> list[str]:
         """What changes how the checks run is put back as it was at creation (conftest.py,
-        test settings, .pth files, shims); what the agent added is kept as an artifact."""
+        test settings, .pth files, shims), or as a person approved it since; what the agent
+        added is kept as an artifact, and the test-runner settings are added to `held`."""
         s, run = self.s, self.s.run
         guarded = suite_guard.guarded_names(s.toolchain) if self.guarded() else None
         found = check_settings.changes(s.workspace.path, run.check_settings, guarded)
+        quiet = self.config.quiet(found, run.check_settings)
+        check_settings.neutralise(s.workspace.path, run.check_settings, quiet)
+        found = [c for c in found if c not in quiet]
         if not found:
             return []
+        held += config_changes.held_settings(s.workspace.path, found)
         self._blocked = [
             c
             for c in found

@@ -194,25 +194,30 @@ class Gate:
 
     def wait(self, approval: Approval) -> Approval:
         """Suspend the run until a person decides; returns at once if one already has."""
-        s = self.s
-        if not Checkpoint.objects.filter(
-            run_id=s.run_id, seq__gt=approval.seq, kind=CheckpointKind.PRE_APPROVAL
-        ).exists():
-            s.checkpoint(
-                CheckpointKind.PRE_APPROVAL,
-                f"before {approval.tool_name} waited for approval {approval.pk}",
-            )
-        with transaction.atomic():
-            # Lock the run row before the last look, as deciding does (see agents.approvals).
-            Run.objects.select_for_update().filter(pk=s.run_id).first()
-            approval.refresh_from_db()
-            if approval.status != ApprovalStatus.PENDING:
-                return approval
-            waiting = Approval.objects.filter(run_id=s.run_id).pending().count()
-            s.transition(
-                RunStatus.AWAITING_APPROVAL,
-                reason=f"waiting for a person to decide {waiting} tool call(s)",
-                expect={RunStatus.RUNNING},
-            )
-        s.suspend_session()
-        raise SliceOver(SliceResult.AWAITING)
+        return wait_for(self.s, approval)
+
+
+def wait_for(s: Slice, approval: Approval) -> Approval:
+    """Suspend the run until a person decides `approval` (a checkpoint first, once); returns at
+    once if one already has, else ends the slice (the decision queues the run again)."""
+    if not Checkpoint.objects.filter(
+        run_id=s.run_id, seq__gt=approval.seq, kind=CheckpointKind.PRE_APPROVAL
+    ).exists():
+        s.checkpoint(
+            CheckpointKind.PRE_APPROVAL,
+            f"before {approval.tool_name} waited for approval {approval.pk}",
+        )
+    with transaction.atomic():
+        # Lock the run row before the last look, as deciding does (see agents.approvals).
+        Run.objects.select_for_update().filter(pk=s.run_id).first()
+        approval.refresh_from_db()
+        if approval.status != ApprovalStatus.PENDING:
+            return approval
+        waiting = Approval.objects.filter(run_id=s.run_id).pending().count()
+        s.transition(
+            RunStatus.AWAITING_APPROVAL,
+            reason=f"waiting for a person to decide {waiting} tool call(s)",
+            expect={RunStatus.RUNNING},
+        )
+    s.suspend_session()
+    raise SliceOver(SliceResult.AWAITING)

@@ -178,6 +178,7 @@ class Driver:
             self.sessions.open()
             self.calls.fleet.at_start()
             self.network.tell_decisions()
+            self.finish.config.tell_decisions()
             self.calls.recover()
             while True:
                 try:

@@ -1,6 +1,7 @@
 """The approvals inbox, live, in a real browser: a run's next waiting call pushed to an open inbox
 joins that run's section, and a new run's call arrives in a block of its own; one run's calls do
-not push another's down the page (issue 31)."""
+not push another's down the page (issue 31); a change to how the checks run is a card with its
+diff, approved there (issue 29)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,30 @@ def test_a_live_card_joins_its_runs_section_and_a_new_runs_card_stands_apart(pag
         )
         assert holder == "approval-arrived"
         assert page.locator(f"#approval-run-{twice.pk}-cards .approval").count() == 2
+
+        # A change to how the checks run (a protected file, changed with bash) arrives as a card
+        # with its diff shown as text; approving it there lets the run's next check use it.
+        spec = tmp_path / "spec"
+        (spec / "docs").mkdir(parents=True)
+        (spec / "docs" / "SPEC.md").write_text("v1\n")
+        edit = {"tool_calls": [call("bash", command="echo '<b>v2</b>' > docs/SPEC.md")]}
+        held = make_run(
+            created_by=eve,
+            turns=[edit, finish_turn(), finish_turn(), finish_turn()],
+            checks=["grep -q v2 docs/SPEC.md"],
+            workspace_from=str(spec),
+            protected_paths=["docs/"],
+        )
+        (change,) = waiting(held, 1)
+        card = page.locator(f"#approval-{change.pk}")
+        card.wait_for()
+        assert (
+            "+<b>v2</b>" in card.inner_text() and card.locator("b").count() == 1
+        )  # <b>config_change</b>
+        card.locator("button[value=approve]").click()
+        wait_for(
+            lambda: Run.objects.get(pk=held.pk).status == RunStatus.SUCCEEDED,
+            timeout=120,
+            what="the run to pass with the approved file",
+            interval=0.2,
+        )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+from agents import config_changes
 from agents.management.base import BaseCommand, id_arg
 from agents.models import Approval, ApprovalStatus
 
@@ -45,6 +46,8 @@ class Command(BaseCommand):
         for r in rows:
             ran = r["ran"]
             what = ran.get("command") if r["tool"] == "bash" else json.dumps(ran)
+            if r["tool"] == config_changes.TOOL:  # a change to how the checks run: its diff
+                what = f"{config_changes.paths(ran)}\n{config_changes.card_diff(ran)}"
             line = f"approval {r['id']} (run {r['run']}, {r['status']}): {r['tool']} {what}"
             if r["edited"]:
                 asked = r["input"].get("command") if r["tool"] == "bash" else json.dumps(r["input"])
