@@ -14,7 +14,7 @@ from agents.models import ExternalCall
 from agents.providers.base import Usage
 from agents.runtime import external, external_finish
 from api.auth import need
-from api.common import actor, controlled_run
+from api.common import actor, controlled_run, runs_seen
 from api.errors import Problem
 from api.schemas import (
     ContextOut,
@@ -36,7 +36,6 @@ from api.schemas import (
     TurnOut,
     UploadOut,
 )
-from dashboard import access
 
 router = Router(tags=["external agents"])
 
@@ -112,7 +111,7 @@ def propose(request, run_id: PathId, body: ToolCallIn):
 
 
 def _own_calls(request):
-    return access.visible_runs(request.user).values("pk")
+    return runs_seen(request).values("pk")
 
 
 @router.get(

@@ -376,6 +376,6 @@ def test_an_external_runs_page_says_how_to_connect_an_agent(api, person):
     page = client_for(person).get(f"/runs/{run_id}/").content.decode()
     assert "Connect an agent" in page
     assert f"shiftlog-claude --run {run_id}" in page and "SHIFTLOG_URL=http://testserver" in page
-    assert "--scopes read,write" in page
+    assert f"create_token --user dev --run {run_id}" in page and "never decide" in page
     api.post(f"/api/v1/runs/{run_id}/cancel", {"reason": "x"}, content_type="application/json")
     assert "Connect an agent" not in client_for(person).get(f"/runs/{run_id}/").content.decode()
