@@ -1,0 +1,76 @@
+"""A person supervises the REAL Claude Code CLI in the browser (issue 30): Claude Code's risky
+Bash call waits in the inbox, the person approves it in headless Chromium, the call runs and the
+run goes on to succeed on the harness's checks.
+
+Claude Code, its `manage.py serve` and the fake Messages API run in a loopback-only network
+namespace (tests/claude_stage.py); the person's browser talks to a daphne outside it, on the same
+database, as a second web server of one deployment does."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.models import Approval, Run
+from tests.claude_stage import CHECKS, Stage, _why_not, text, tool_use
+from tests.e2e.helpers import CHROMIUM, log_in, serve_env, wait_http
+from tests.procs import Procs
+from tests.test_serve import free_port
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
+    ),
+]
+
+
+def test_a_person_approves_claude_codes_risky_call_in_the_browser(
+    tmp_path, namespace_procs, pages, eve
+):
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+
+    def steps(repo: Path) -> list:
+        return [
+            [text("Cleaning up first."), tool_use("toolu_b1", "Bash", command="rm -rf build")],
+            [tool_use("toolu_b2", "Write", file_path=f"{repo}/done.txt", content="yes\n")],
+            [text("Done: done.txt says yes.")],
+        ]
+
+    stage = Stage(tmp_path, namespace_procs, steps)
+    web = Procs(tmp_path)
+    try:
+        port = free_port()
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        web.spawn("daphne", [*argv, "dashboard.asgi:application"], serve_env(tmp_path))
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/accounts/login/", timeout=60)
+        args = [a for c in CHECKS for a in ("--check", c)]
+        agent = stage.agent("--goal", "Write done.txt saying yes", *args)
+        waiting = stage.pending()
+        assert waiting.tool_name == "Bash" and waiting.tool_input["command"] == "rm -rf build"
+        assert (stage.repo / "build").exists()  # it waits: nothing ran
+
+        page = pages()
+        log_in(page, base)
+        page.goto(f"{base}/approvals/")
+        assert "rm -rf build" in page.inner_text("#approval-list")
+        page.click(".approval.a-pending button[value=approve]", timeout=30_000)
+        page.wait_for_selector(".approval.a-approved", timeout=30_000)
+
+        assert agent.wait(timeout=180) == 0, stage.tail()
+        run = Run.objects.get()
+        assert run.status == "succeeded", (run.status, run.status_reason, stage.tail())
+        decided = Approval.objects.get(pk=waiting.pk)
+        assert decided.status == "approved" and decided.decided_by == eve
+        assert not (stage.repo / "build").exists()  # the approved call ran
+        assert (stage.repo / "done.txt").read_text() == "yes\n"
+    finally:
+        web.close()
+        stage.close()
