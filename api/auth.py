@@ -17,11 +17,12 @@ from api.models import ApiToken, digest
 TOUCH_EVERY_SECONDS = 60
 
 
-# What a token made for one run may call: its run's own routes (not fork: a new run; not tokens:
-# more tokens; not promote: memory shared beyond the run) and its run's tool calls.
+# What a token made for one run may call: its run's own routes and its run's tool calls. Not a
+# person's acts on the run: resume (with budgets), rewind, a note, a wake-up; nor what reaches
+# beyond it: fork (a new run), tokens, promote (memory shared with the project).
 _RUN_ROUTE = re.compile(r"/api/v1/runs/(\d+)(?:/(.*))?")
 _CALL_ROUTE = re.compile(r"/api/v1/tool-calls/[^/]+(?:/(?:result|withdraw))?")
-_NOT_FOR_RUN_TOKENS = re.compile(r"fork|tokens|memory/.+/promote")
+_NOT_FOR_RUN_TOKENS = re.compile(r"(?:fork|tokens|resume|rewind|note|wake|memory/.+/promote)/?")
 
 
 def found_token(token: str) -> ApiToken | None:
@@ -36,7 +37,7 @@ def confine(request, token: ApiToken) -> None:
     404 (as another person's run is), every other route (lists, approvals, schedules) a 403."""
     if token.run_id is None:
         return
-    path = request.path
+    path = request.path_info
     if run_route := _RUN_ROUTE.fullmatch(path):
         if int(run_route.group(1)) != token.run_id:
             raise Http404(f"no run with id {run_route.group(1)}")

@@ -96,6 +96,13 @@ def test_a_run_token_sees_no_other_run(person, agent, run):
         ("get", "/api/v1/triggers"),
         ("post", "/api/v1/runs/{run}/fork"),
         ("post", "/api/v1/runs/{run}/tokens"),
+        # A person's acts on the run: the agent cannot raise its budgets, undo a rewind or
+        # speak as its person.
+        ("post", "/api/v1/runs/{run}/resume"),
+        ("post", "/api/v1/runs/{run}/rewind"),
+        ("post", "/api/v1/runs/{run}/note"),
+        ("put", "/api/v1/runs/{run}/wake"),
+        ("post", "/api/v1/runs/{run}/memory/lesson/promote"),
     ],
 )
 def test_a_run_token_gets_no_list_and_makes_nothing_beyond_its_run(agent, run, method, path):
@@ -121,6 +128,23 @@ def test_a_run_token_can_never_decide_not_even_its_own_runs_approvals(person, ag
     assert r.status_code == 403
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING
+
+
+def test_a_run_token_never_gets_an_answer_kept_for_its_persons_other_tokens(person, agent, run):
+    other = external(person, goal="another run of the same person")
+    _, full = ApiToken.issue(person, ["read", "write"])
+    key = {"HTTP_IDEMPOTENCY_KEY": "the-same-key"}
+    path = f"/api/v1/runs/{other.pk}/pause"
+    r = bearer(full).post(path, {"reason": "x"}, content_type="application/json", **key)
+    assert r.status_code == 200
+    r = agent.post(path, {"reason": "x"}, content_type="application/json", **key)
+    assert r.status_code == 422 and "another run" not in r.content.decode()
+    # Its own retries are answered once, as any token's.
+    mine = {"HTTP_IDEMPOTENCY_KEY": "its-own-key"}
+    first = agent.post(f"/api/v1/runs/{run.pk}/heartbeat", **mine)
+    again = agent.post(f"/api/v1/runs/{run.pk}/heartbeat", **mine)
+    assert first.status_code == again.status_code == 200
+    assert again.headers.get("Idempotent-Replayed") == "true"
 
 
 def test_a_revoked_run_token_stops_at_once(agent, run):
