@@ -214,6 +214,10 @@ def test_the_run_page_makes_a_run_token_once_for_people_who_drive_it(person, run
     assert client_for(user_with("out")).post(f"/runs/{run.pk}/token").status_code == 404
     assert Client().post(f"/runs/{run.pk}/token").status_code == 302
     assert ApiToken.objects.filter(run=run).count() == 1
+    # Without htmx, a page of its own says the same.
+    page = client_for(person).post(f"/runs/{run.pk}/token").content.decode()
+    assert "<html" in page and f"shiftlog-claude --run {run.pk}" in page
+    assert ApiToken.objects.filter(run=run).count() == 2
 
 
 def test_the_run_page_makes_no_token_for_a_run_no_agent_drives(person):
