@@ -137,13 +137,17 @@ class LimitedRequest(http_protocol.WebRequest):
         if upload is not None:
             transport = self.channel.transport
             transport.pauseProducing()
+            # A client that waits for `100 Continue` hears it once the run's cap is known.
+            expects = (self.requestHeaders.getRawHeaders(b"expect") or [b""])[0]
+            self.requestHeaders.removeHeader(b"expect")
             found = threads.deferToThread(upload_cap, int(upload.group(1)))
-            found.addCallback(self._got_cap, length)
+            found.addCallback(self._got_cap, length, expects.lower() == b"100-continue")
             found.addBoth(lambda _: None if self.refused else transport.resumeProducing())
 
-    def _got_cap(self, cap: int, length: int | None) -> None:
+    def _got_cap(self, cap: int, length: int | None, expects: bool) -> None:
         self.body_cap = cap
-        self._within(length)
+        if self._within(length) and expects:
+            self.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _within(self, length: int | None) -> bool:
         if self.refused:

@@ -123,3 +123,25 @@ def test_an_upload_under_the_cap_reaches_the_application_a_chunk_at_a_time(serve
     print(f"\n{BIG / MIB:.0f} MB taken whole ({status}); peak grew {grew / MIB:.1f} MB")
     assert status == 422 and sent == BIG  # all of it read, then found not to be a .tar.gz
     assert grew < MARGIN, f"the server grew by {grew / MIB:.0f} MB"
+
+
+def answers(port: int, path: str, token: str, length: int) -> list[int]:
+    """The statuses a client that sends `Expect: 100-continue`, and then no body, hears until the
+    server closes (or 10 s of silence: a server waiting for the body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(
+            f"PUT {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        heard = b""
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
+            while piece := s.recv(65536):
+                heard += piece
+    return [int(line.split()[1]) for line in heard.split(b"\r\n") if line.startswith(b"HTTP/1.")]
+
+
+def test_a_client_that_expects_100_continue_is_refused_before_it_sends_a_byte(server):
+    port, _ = server
+    path, token = upload_run(workspace_mb=1)
+    assert answers(port, path, token, 100 * MIB) == [413]  # over the run's cap
+    assert answers(port, path, token, 600 * MIB) == [413]  # over every upload's
