@@ -72,6 +72,16 @@ def workspace_cap(run: Run) -> int:
     return int({**default_limits(), **(run.limits or {})}["workspace_mb"]) * MIB
 
 
+def upload_cap(run: Run | None) -> int:
+    """The most bytes an uploaded .tar.gz of the run's workspace may be: its workspace cap, with
+    room for the archive's headers, under SHIFTLOG_API_MAX_UPLOAD_MB."""
+    cap = settings.SHIFTLOG["API_MAX_UPLOAD_MB"] * MIB
+    run_cap = workspace_cap(run) if run is not None else 0
+    if run_cap:
+        cap = min(cap, run_cap + run_cap // 16 + MIB)
+    return cap
+
+
 def toolchain_for(run: Run) -> list[str] | None:
     """The folders the run's commands get (None: the sandbox's default, the base interpreter)."""
     return list(run.toolchain) or None

@@ -10,11 +10,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from ninja import Query, Router, Status
 
+from agents import isolation
 from agents.models import ExternalCall
 from agents.providers.base import Usage
 from agents.runtime import external, external_finish
 from api.auth import need
-from api.common import actor, controlled_run
+from api.common import actor, controlled_run, runs_seen
 from api.errors import Problem
 from api.schemas import (
     ContextOut,
@@ -36,7 +37,6 @@ from api.schemas import (
     TurnOut,
     UploadOut,
 )
-from dashboard import access
 
 router = Router(tags=["external agents"])
 
@@ -112,7 +112,7 @@ def propose(request, run_id: PathId, body: ToolCallIn):
 
 
 def _own_calls(request):
-    return access.visible_runs(request.user).values("pk")
+    return runs_seen(request).values("pk")
 
 
 @router.get(
@@ -234,17 +234,25 @@ def merge_children(request, run_id: PathId, body: MergeIn):
     },
 )
 def upload(request, run_id: PathId):
-    controlled_run(request, run_id)
-    cap = settings.SHIFTLOG["API_MAX_UPLOAD_MB"] * 1024 * 1024
+    # Under daphne a body over this cap is refused as it arrives (dashboard/body_limits.py).
+    run = controlled_run(request, run_id)
+    cap = isolation.upload_cap(run)
+    run_cap = isolation.workspace_cap(run)
+    too_large = Problem(
+        413,
+        f"the archive is over {cap / 2**20:.3g} MB (an upload is at most "
+        f"{settings.SHIFTLOG['API_MAX_UPLOAD_MB']} MB"
+        + (f"; the run's workspace cap is {run_cap / 2**20:g} MB)" if run_cap else ")"),
+    )
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > cap:
-        raise Problem(413, f"the archive is over {cap // (1024 * 1024)} MB")
+        raise too_large
     with tempfile.TemporaryFile() as spool:
         size = 0
         while chunk := request.read(1024 * 1024):
             size += len(chunk)
             if size > cap:
-                raise Problem(413, f"the archive is over {cap // (1024 * 1024)} MB")
+                raise too_large
             spool.write(chunk)
         if not size:
             raise Problem(422, "the body must be a .tar.gz of the workspace")

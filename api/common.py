@@ -30,8 +30,15 @@ def controlled_run(request, run_id: int, scope: str = "write") -> Run:
     return run
 
 
+def runs_seen(request):
+    """The runs the request's token may see: its user's, or only its run for a run's token."""
+    rows = access.visible_runs(request.user)
+    run_only = getattr(request.auth, "run_id", None)
+    return rows if run_only is None else rows.filter(pk=run_only)
+
+
 def _visible(request, run_id: int) -> Run:
     try:
-        return access.get_run_for_user(request.user, run_id)
-    except Http404:
+        return runs_seen(request).get(pk=run_id)
+    except Run.DoesNotExist:
         raise Http404(f"no run with id {run_id}") from None

@@ -51,7 +51,8 @@ def _applies(request: HttpRequest) -> bool:
     )
 
 
-def _user_id(request: HttpRequest) -> int | None:
+def _caller(request: HttpRequest) -> tuple[int, int | None] | None:
+    """The token's user and, for a token made for one run, that run."""
     header = request.headers.get("Authorization", "")
     token = header[7:].strip() if header[:7].lower() == "bearer " else ""
     if not token or len(token) > 200:
@@ -59,13 +60,16 @@ def _user_id(request: HttpRequest) -> int | None:
     return (
         ApiToken.objects.usable()
         .filter(hash=digest(token))
-        .values_list("user_id", flat=True)
+        .values_list("user_id", "run_id")
         .first()
     )
 
 
-def _fingerprint(request: HttpRequest) -> str:
+def _fingerprint(request: HttpRequest, run_only: int | None = None) -> str:
     h = hashlib.sha256()
+    if run_only is not None:
+        # A token made for one run never gets the answer kept for another token of its user.
+        h.update(f"run {run_only}\0".encode())
     for part in (request.method or "", request.path, request.META.get("QUERY_STRING", "")):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
     h.update(request.body)
@@ -78,11 +82,12 @@ def begin(request: HttpRequest) -> HttpResponse | IdempotentRequest | None:
     key = request.headers[HEADER]
     if not (0 < len(key) <= 255 and key.isascii() and key.isprintable()):
         return _problem(422, f"{HEADER} must be 1 to 255 printable ASCII characters")
-    user_id = _user_id(request)
-    if user_id is None:
+    caller = _caller(request)
+    if caller is None:
         return None
+    user_id, run_only = caller
     try:
-        fingerprint = _fingerprint(request)
+        fingerprint = _fingerprint(request, run_only)
     except RequestDataTooBig:
         return None  # the view answers 413
     now = timezone.now()

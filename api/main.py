@@ -16,7 +16,7 @@ from django.http import JsonResponse
 from ninja import NinjaAPI
 
 from api import agent_harness, automation, decisions, errors, history, knowledge, runs
-from api.auth import Bearer, PerToken
+from api.auth import Bearer, PerToken, found_token
 from api.schemas import Problem
 
 
@@ -27,7 +27,10 @@ def _logged_in_or_token(view):
     def wrapped(request, *args, **kwargs):
         header = request.headers.get("Authorization", "")
         token = header[7:].strip() if header[:7].lower() == "bearer " else ""
-        if request.user.is_authenticated or (token and Bearer().authenticate(request, token)):
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if found := found_token(token):
+            request.user = found.user
             return view(request, *args, **kwargs)
         if request.path.endswith(".json"):
             return JsonResponse(

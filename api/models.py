@@ -17,6 +17,11 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def connect_command(base_url: str, token: str, run_id: int) -> str:
+    """What puts Claude Code on a run, with a token made for it."""
+    return f"SHIFTLOG_URL={base_url} SHIFTLOG_TOKEN={token} shiftlog-claude --run {run_id}"
+
+
 class TokenQuerySet(models.QuerySet):
     def usable(self) -> TokenQuerySet:
         now = timezone.now()
@@ -34,6 +39,11 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=12)
     hash = models.CharField(max_length=64, unique=True)
     scopes = models.JSONField(default=list)
+    # A token made for one run (the "Connect an agent" card, `create_token --run`, POST
+    # /runs/ID/tokens) acts for that run and nothing else, and never decides (api/auth.py).
+    run = models.ForeignKey(
+        "agents.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -45,11 +55,15 @@ class ApiToken(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"{self.prefix}… ({self.user}, {','.join(self.scopes)})"
+        only = f", run {self.run_id} only" if self.run_id else ""
+        return f"{self.prefix}… ({self.user}, {','.join(self.scopes)}{only})"
 
     @classmethod
-    def issue(cls, user, scopes: list[str], *, name: str = "", expires_at=None):
-        """A new token: (row, the token itself, which is not kept)."""
+    def issue(cls, user, scopes: list[str], *, name: str = "", expires_at=None, run=None):
+        """A new token: (row, the token itself, which is not kept). With `run`, a token for that
+        run only, which may never hold the decide scope."""
+        if run is not None and "decide" in scopes:
+            raise ValueError("a token made for one run can never decide (not even its approvals)")
         token = PREFIX + secrets.token_urlsafe(32)
         row = cls.objects.create(
             user=user,
@@ -58,8 +72,14 @@ class ApiToken(models.Model):
             hash=digest(token),
             scopes=list(scopes),
             expires_at=expires_at,
+            run=run,
         )
         return row, token
+
+    @classmethod
+    def for_run(cls, user, run):
+        """A token that acts as `user` for `run` only, to read and drive it (never to decide)."""
+        return cls.issue(user, ["read", "write"], name=f"agent of run {run.pk}", run=run)
 
     @property
     def state(self) -> str:

@@ -16,6 +16,7 @@ from api import out
 from api.auth import need
 from api.common import actor, controlled_run, seen_run
 from api.errors import Problem
+from api.models import ApiToken, connect_command
 from api.schemas import (
     ForkPreview,
     FromCheckpoint,
@@ -32,6 +33,15 @@ from api.schemas import (
 from dashboard import access
 
 router = Router(tags=["runs"])
+
+
+class RunTokenOut(Schema):
+    id: int
+    prefix: str
+    run: int
+    scopes: list[str]
+    token: str = Field(description="shown this once; only its hash is kept")
+    command: str = Field(description="what puts Claude Code on the run with this token")
 
 
 class RunFilter(Schema):
@@ -178,3 +188,27 @@ def fork(request, run_id: PathId, body: FromCheckpoint):
         run.pk, source.pk, actor=actor(request), created_by=request.user, note=body.note
     )
     return Status(201, out.run(new))
+
+
+@router.post(
+    "/runs/{run_id}/tokens",
+    response={201: RunTokenOut},
+    summary="Make a token for this run's agent: it acts for this run only and never decides",
+)
+def run_token(request, run_id: PathId):
+    run = controlled_run(request, run_id)
+    if not (run.is_external and run.is_live):
+        raise Problem(409, "only a live run driven by an external agent takes an agent token")
+    row, token = ApiToken.for_run(request.user, run)
+    base = request.build_absolute_uri("/").rstrip("/")
+    return Status(
+        201,
+        {
+            "id": row.pk,
+            "prefix": row.prefix,
+            "run": run.pk,
+            "scopes": row.scopes,
+            "token": token,
+            "command": connect_command(base, token, run.pk),
+        },
+    )

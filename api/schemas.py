@@ -74,6 +74,11 @@ class RunCreate(In):
     heartbeat_seconds: Count | None = None
     project: Annotated[str, Field(max_length=100)] = ""
     fleet_conflicts: Literal["agent", "person"] = "agent"
+    # The environment the run's commands and checks run with, as `create_run --env` and
+    # `--env-requirements` name it: a path on the server (an interpreter or a virtualenv), or a
+    # requirements file on the server to build one from.
+    environment: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
+    requirements: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
 
 
 class TokensOut(Schema):

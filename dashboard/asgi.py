@@ -10,8 +10,12 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from dashboard import body_limits  # noqa: E402
 from dashboard.origins import SameOriginValidator  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+
+# Under daphne, bodies are limited as they arrive and reach the application a chunk at a time.
+body_limits.install()
 
 application = ProtocolTypeRouter(
     {

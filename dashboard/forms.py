@@ -175,6 +175,20 @@ class NewRunForm(forms.Form):
     max_cpu_seconds = forms.IntegerField(
         required=False, min_value=1, max_value=inputs.MAX_INT, label="CPU seconds per command"
     )
+    environment = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Check environment",
+        help_text="An interpreter or virtualenv on this server (a path) that the run's commands "
+        "and checks run with, as create_run --env. Empty: the sandbox's own.",
+    )
+    requirements = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="…or build one from",
+        help_text="A requirements file on this server: a virtualenv is built from it for the "
+        "commands and checks, as create_run --env-requirements.",
+    )
     tool_policy = forms.CharField(
         required=False,
         max_length=inputs.MAX_JSON_BYTES,
@@ -325,6 +339,12 @@ class NewRunForm(forms.Form):
         if provider == Provider.ANTHROPIC and not anthropic_ready():
             raise forms.ValidationError(f"Anthropic is unavailable here: {NO_KEY}")
         return provider
+
+    def clean_environment(self) -> str | None:
+        return self.cleaned_data["environment"] or None
+
+    def clean_requirements(self) -> str | None:
+        return self.cleaned_data["requirements"] or None
 
     def clean_checks(self) -> list[str]:
         return [c.strip() for c in self.cleaned_data["checks"].splitlines() if c.strip()]

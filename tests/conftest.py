@@ -120,7 +120,9 @@ if os.environ.get("DATABASE_URL"):  # the PostgreSQL pass (tests/postgres_redis.
             )
 
 
-# The S3 blob store's tests: moto's server and a bucket per test (tests/s3.py).
+# The real Claude Code CLI's stage (tests/claude_stage.py): the processes it starts; the S3 blob
+# store's tests: moto's server and a bucket per test (tests/s3.py).
+from tests.claude_stage import namespace_procs  # noqa: E402, F401
 from tests.s3 import moto_server, s3_env, s3_url  # noqa: E402, F401
 
 # Tests of what reads the same on any database (pages and forms, CLI arguments and schedules'
@@ -133,6 +135,7 @@ ANY_DATABASE = {
     # Its processes run in a loopback-only network namespace, where this machine's PostgreSQL
     # and Redis are not: it runs on SQLite, once.
     "test_claude_code",
+    "test_claude_code_browser",
     "test_real_checks",
     "test_check_settings",
     "test_cli_demo_notice",

@@ -376,6 +376,21 @@ def test_an_external_runs_page_says_how_to_connect_an_agent(api, person):
     page = client_for(person).get(f"/runs/{run_id}/").content.decode()
     assert "Connect an agent" in page
     assert f"shiftlog-claude --run {run_id}" in page and "SHIFTLOG_URL=http://testserver" in page
-    assert "--scopes read,write" in page
+    assert f"create_token --user dev --run {run_id}" in page and "never decide" in page
     api.post(f"/api/v1/runs/{run_id}/cancel", {"reason": "x"}, content_type="application/json")
     assert "Connect an agent" not in client_for(person).get(f"/runs/{run_id}/").content.decode()
+
+
+def test_a_sub_agent_call_is_logged_with_its_prompt_and_waits_for_a_person(api):
+    """Claude Code's Agent (Task in older versions) starts a sub-agent: not a child run here, but
+    logged with its prompt and asked like any risky call (its own tool calls ask in turn)."""
+    run_id = make_external(api)
+    for tool in ("Agent", "Task"):
+        prompt = f"{tool}: refactor the parser"
+        answer = propose(api, run_id, tool, {"prompt": prompt, "description": "d"}, root=ROOT)
+        assert answer["decision"] == "ask" and "sub-agent" in answer["reason"], answer
+        approval = Approval.objects.get(pk=answer["approval"])
+        assert approval.status == "pending" and approval.tool_name == tool
+        logged = Event.objects.filter(run_id=run_id, kind="approval.requested").last()
+        assert logged.payload["tool"] == tool and logged.payload["input"]["prompt"] == prompt
+        withdraw(api, answer)

@@ -5,6 +5,7 @@ through each holds every setting it was given."""
 from __future__ import annotations
 
 import json
+import sys
 import typing
 from decimal import Decimal
 from io import StringIO
@@ -140,6 +141,48 @@ def test_the_web_form_makes_the_same_run(reference):
     assert r.status_code == 302, r.content.decode()[:3000]
     made = Run.objects.exclude(pk=reference.pk).get()
     assert settings_of(made) == settings_of(reference)
+
+
+# The check environment is a path on the server: every entry point names it, and it gives the
+# same toolchain (the interpreter's prefix) through each.
+ENVIRONMENT = sys.base_prefix
+
+
+def test_every_entry_point_names_the_same_check_environment(owner):
+    person = user_with("wendy", "view_run", "control_run", "add_run")
+    ref = services.create_run(RunSpec(**GIVEN, environment=ENVIRONMENT), created_by=owner)
+    assert ref.toolchain
+    _, token = ApiToken.issue(owner, ["write"])
+    r = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+        "/api/v1/runs", {**GIVEN, "environment": ENVIRONMENT}, content_type="application/json"
+    )
+    assert r.status_code == 201, r.content
+    out = StringIO()
+    call_command(
+        "create_run", "--goal", "g", "--check", "true", "--env", ENVIRONMENT, "--json", stdout=out
+    )
+    form = {"goal": "g", "checks": "true", "provider": "external", "environment": ENVIRONMENT}
+    assert client_for(person).post("/runs/new/", form).status_code == 302
+    made = Run.objects.exclude(pk=ref.pk).order_by("pk")
+    assert [m.toolchain for m in made] == [ref.toolchain] * 3
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"environment": "/no/such/python"}, "does not exist"),
+        ({"environment": "/usr", "requirements": "r.txt"}, "not both"),
+        ({"requirements": "/no/such/requirements.txt"}, "not a requirements file"),
+    ],
+)
+def test_the_web_form_refuses_a_bad_check_environment_on_its_field(fields, words):
+    person = user_with("wendy", "view_run", "control_run", "add_run")
+    form = {"goal": "g", "checks": "true", "provider": "external", **fields}
+    r = client_for(person).post("/runs/new/", form)
+    assert r.status_code == 400
+    field = r.context["form"].errors.get("environment", [])
+    assert any(words in e for e in field), r.context["form"].errors
+    assert not Run.objects.exists()
 
 
 def _scripted(owner) -> Run:

@@ -21,4 +21,5 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{t.pk:>5}  {t.prefix}…  {t.user.get_username():<16} {','.join(t.scopes):<18} "
                 f"{t.state:<8} used {used}  {t.name}"
+                + (f" (run {t.run_id} only)" if t.run_id else "")
             )

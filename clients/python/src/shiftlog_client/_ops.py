@@ -68,6 +68,8 @@ class RunSpec(TypedDict, total=False):
     heartbeat_seconds: int
     project: str
     fleet_conflicts: Literal["agent", "person"]
+    environment: str  # a path on the server: an interpreter or virtualenv (create_run --env)
+    requirements: str  # a requirements file on the server (create_run --env-requirements)
 
 
 @dataclass
