@@ -136,12 +136,14 @@ ANY_DATABASE = {
     # and Redis are not: it runs on SQLite, once.
     "test_claude_code",
     "test_claude_code_browser",
+    "test_mcp_server",
     "test_real_checks",
     "test_check_settings",
     "test_cli_demo_notice",
     "test_cli_schedules",
     "test_client_live",
     "test_compare",
+    "test_config_approval",
     "test_dashboard_checkpoints",
     "test_dashboard_views",
     "test_demo_paths",
@@ -158,6 +160,7 @@ ANY_DATABASE = {
     "test_script_branches",
     "test_telemetry",
     "test_timeline_views",
+    "test_upload_limits",
     "test_verification",
 }
 

@@ -307,7 +307,7 @@ def test_claude_code_asks_shiftlog_through_the_permission_prompt_tool(tmp_path):
     a risky call waits for a person, who edits it (it runs as edited); a call the policy denies
     does not run and Claude reads why; Claude calls `finish` and the harness's checks end the
     run."""
-    from tests.test_claude_code import CLAUDE, Stage, _why_not, text, tool_use
+    from tests.claude_stage import CLAUDE, Stage, _why_not, text, tool_use
 
     if (why := _why_not()) is not None:
         pytest.skip(why)
