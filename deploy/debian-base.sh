@@ -3,9 +3,10 @@
 # machines that reach Debian's package mirror but no image registry (this project's CI):
 #   deploy/debian-base.sh [TAG]      (default TAG: shiftlog-base:bookworm; root, debootstrap, docker)
 # It does nothing when an image with that tag exists already (delete it to rebuild). The rootfs is
-# made with `debootstrap --variant=minbase`, gets the host's CA certificates (a machine whose
-# HTTPS goes through an inspecting proxy needs them for pip inside the build) and apt's
-# security suite, and is imported with `docker import`. Then:
+# made with `debootstrap --variant=minbase`, gets the host's CA bundle (a machine whose HTTPS goes
+# through an inspecting proxy needs it for pip inside the build; kept when the Dockerfile installs
+# ca-certificates, from /usr/local/share/ca-certificates) and apt's security suite, and is imported
+# with `docker import`. Then:
 #   docker build --build-arg BASE_IMAGE=shiftlog-base:bookworm -t shiftlog .
 set -eu
 TAG="${1:-shiftlog-base:bookworm}"
