@@ -8,4 +8,6 @@ RUN apt-get update \
  && python3 -m venv /opt/moto \
  && /opt/moto/bin/pip install --no-cache-dir --progress-bar off 'moto[server]>=5.0,<6'
 USER nobody
+# As PID 1 Python would ignore SIGTERM (no handler): `compose down` would wait out its timeout.
+STOPSIGNAL SIGINT
 ENTRYPOINT ["/opt/moto/bin/moto_server", "-H", "0.0.0.0", "-p", "9000"]
