@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 
-.PHONY: run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code
+.PHONY: test-container test-container-if-built container-deps run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "Creating the virtualenv $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -77,7 +77,8 @@ test-chain-services: setup system-deps
 	  $(MAKE) --no-print-directory test-pages-second || st=1; exit $$st
 test-chain-sqlite: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-db || st=1; \
-	  $(MAKE) --no-print-directory test-pages-first || st=1; exit $$st
+	  $(MAKE) --no-print-directory test-pages-first || st=1; \
+	  $(MAKE) --no-print-directory test-container-if-built || st=1; exit $$st
 
 # The halves: code that touches no database (sandbox, shell, snapshots, policy, ...); everything
 # else on SQLite but the browser tests of what pages show; the second pass on PostgreSQL + Redis
@@ -102,6 +103,23 @@ test-pure-then-chaos: setup
 	@$(MAKE) --no-print-directory test-chaos
 test-chaos: setup
 	$(PY) bench/chaos.py --seconds 60 --seed 1 --skip-without-services
+
+# The container image and compose.yaml, for real (tests/test_container.py): the images built
+# from Debian's packages where missing (a debootstrap base, then the Dockerfile; minutes the first
+# time), `docker compose up`, a login, a run on the worker container, `down -v`. It starts dockerd
+# when none runs (and stops it). `make test` runs it only when the images are built already.
+container-deps:
+	@command -v dockerd >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 && \
+	  { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; } || { \
+	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "Installing docker.io, docker-compose and debootstrap (the container test) with apt-get..." && \
+	  (apt-get install -y -qq docker.io docker-compose debootstrap >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq docker.io docker-compose debootstrap >/dev/null 2>&1)) \
+	  || echo "note: docker or debootstrap could not be installed; tests/test_container.py is skipped"; }
+test-container: setup container-deps
+	SHIFTLOG_CONTAINER_TEST=1 $(PY) -m pytest tests/test_container.py
+test-container-if-built: setup
+	SHIFTLOG_CONTAINER_TEST=if-built $(PY) -m pytest tests/test_container.py
 
 # The chaos soak on its own: `make chaos SECONDS=600 SEED=7`.
 SECONDS ?= 120

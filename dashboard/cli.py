@@ -4,6 +4,7 @@
         the embedded product, as `make run` in a checkout: sets up its data folder (saying each
         step), prints a one-time login link and serves web, worker and reaper together
     shiftlog serve [--port] [--host] [--workers]   the same processes, without the set-up
+    shiftlog web [--port] [--host]                 daphne alone (workers run apart: the container)
     shiftlog worker [--workers N]                  one huey consumer (thread workers)
     shiftlog manage COMMAND …                      any management command (`manage.py` of a checkout)
     shiftlog --version
@@ -46,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     run = served("run", "set up the data folder and serve the embedded product")
     run.add_argument("--no-demo", action="store_true", help="no demo run on a new database")
     serve = served("serve", "serve web, worker and reaper (no set-up)")
-    serve.add_argument("--workers", type=int)
+    serve.add_argument("--workers", type=int, help="huey threads; 0: web only")
+    served("web", "serve the web alone: pages, API, WebSockets (workers run apart)")
     worker = sub.add_parser("worker", help="run a huey consumer (the queue the settings name)")
     worker.add_argument("--workers", type=int, default=4, help="threads (default: 4)")
     worker.add_argument("--data-dir", help="the data folder (default: SHIFTLOG_DATA_DIR)")
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     served = ["serve", "--port", str(o.port), "--host", o.host]
     if o.command == "run":
         served += ["--setup", *(["--no-demo"] if o.no_demo else [])]
+    elif o.command == "web":
+        served += ["--workers", "0"]
     elif o.workers is not None:
         served += ["--workers", str(o.workers)]
     manage(served)

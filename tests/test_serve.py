@@ -217,3 +217,44 @@ def test_serve_in_the_background_stops_cleanly_on(tmp_path, signum):
         print(f"\nserve stopped by {signal.Signals(signum).name} in {took:.2f} s")
     finally:
         _kill_tree(pid)
+
+
+@pytest.mark.timeout(120)
+def test_web_only_serves_without_a_worker_and_stops_cleanly(tmp_path):
+    """`serve --workers 0` (`shiftlog web`, the web container): daphne alone, no huey consumer."""
+    port = free_port()
+    log = tmp_path / "web.log"
+    with log.open("wb") as out:
+        handle = subprocess.Popen(
+            [sys.executable, "-m", "dashboard.cli", "web", "--port", str(port)],
+            env=process_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait(lambda: _serving(port), 60, "serving")
+        kids = children_of(handle.pid)
+        commands = [
+            subprocess.run(
+                ["ps", "-o", "args=", "-p", str(k)], capture_output=True, text=True
+            ).stdout
+            for k in kids
+        ]
+        assert len(kids) == 1 and "daphne" in commands[0], commands
+        handle.send_signal(signal.SIGTERM)
+        assert handle.wait(30) == 0
+        assert "stopped" in log.read_text(errors="replace")
+    finally:
+        _kill_tree(handle.pid)
+
+
+def test_serve_refuses_a_negative_worker_count(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--workers", "-1"],
+        env=process_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--workers must be 0 (web only) or more" in done.stderr

@@ -61,7 +61,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--workers", type=int, default=settings.HUEY["consumer"]["workers"])
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=settings.HUEY["consumer"]["workers"],
+            help="the huey worker's threads; 0: no worker here (web only, workers run apart)",
+        )
         parser.add_argument(
             "--setup",
             action="store_true",
@@ -76,6 +81,8 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         if not 0 < o["port"] < 65536:
             raise fail("--port must be between 1 and 65535")
+        if o["workers"] < 0:
+            raise fail("--workers must be 0 (web only) or more")
         host = o["host"].strip().strip("[]")
         if not host:
             raise fail("--host must name an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
@@ -112,8 +119,9 @@ class Command(BaseCommand):
         die_with_us = functools.partial(_die_with, ctypes.CDLL(None, use_errno=True), os.getpid())
         # Children get their own process groups: Ctrl-C reaches only us, and we stop them in
         # order (worker gracefully first, so the running step finishes). They die with us too.
-        children = {
-            "worker": subprocess.Popen(
+        children = {}
+        if o["workers"] > 0:  # 0: web only (a container beside separate workers)
+            children["worker"] = subprocess.Popen(
                 [
                     *manage,
                     "run_huey",
@@ -129,23 +137,22 @@ class Command(BaseCommand):
                 start_new_session=True,
                 preexec_fn=die_with_us,
                 env=child_env,
-            ),
-            "web": subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    host,
-                    "-p",
-                    str(o["port"]),
-                    "dashboard.asgi:application",
-                ],
-                start_new_session=True,
-                preexec_fn=die_with_us,
-                env=child_env,
-            ),
-        }
+            )
+        children["web"] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                host,
+                "-p",
+                str(o["port"]),
+                "dashboard.asgi:application",
+            ],
+            start_new_session=True,
+            preexec_fn=die_with_us,
+            env=child_env,
+        )
         reaper = threading.Thread(target=self._reap_forever, args=(stop,), daemon=True)
         reaper.start()
         self.stdout.write(
