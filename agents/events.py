@@ -331,8 +331,12 @@ def payload(obj: Payload) -> Obj:
 
 
 def read(kind: str, payload: Obj) -> Any:
+    """A stored payload as its kind's type (its dict for an untyped or unknown kind)."""
     entry = KINDS.get(kind)
     return payload if entry is None else entry.read(payload)
+
+
+read_payload = read  # the name importers use beside their own `read`s
 
 
 def payload_of(event: Event) -> Any:
@@ -359,14 +363,25 @@ def failed(kind: str, payload: Obj) -> bool:
     return bool(entry and entry.failed(entry.read(payload)))
 
 
+def keys(kind: str, *names: str) -> tuple[str, ...]:
+    """Payload keys a reader asks the database for (dotted into a field: `usage.input_tokens`),
+    checked against the kind's model: a reader cannot ask for a key no writer writes."""
+    model = info(kind).payload
+    if model is None:
+        raise EventPayloadError(f"{kind} is untyped: its keys are not known")
+    known = {f.alias or n for n, f in model.model_fields.items()}
+    for name in names:
+        if name.split(".")[0] not in known:
+            raise EventPayloadError(f"{kind} has no payload field {name.split('.')[0]!r}")
+    return names
+
+
 def typed_kinds() -> dict[str, type[Payload]]:
     return {k: e.payload for k, e in KINDS.items() if e.payload is not None}
 
 
 def untyped_kinds() -> list[str]:
     return sorted(k for k, e in KINDS.items() if e.payload is None)
-
-
 
 
 # --- each kind: label, summary, failure -----------------------------------------------------
@@ -457,7 +472,9 @@ def _drift(p: DriftWarning) -> str:
     below = f" (below {p.threshold:.0%})" if isinstance(p.threshold, number) else ""
     which = "forced handoff (the agent's last words)" if p.forced else "handoff"
     missing = ", ".join(str(w) for w in (p.goal_words_missing or [])[:8])
-    return short(f"drift: the {which} speaks of {share} of the goal{below}; missing: {missing}", 160)
+    return short(
+        f"drift: the {which} speaks of {share} of the goal{below}; missing: {missing}", 160
+    )
 
 
 @register(K.JUDGE_VERDICT, "judge", JudgeVerdict, failed=lambda p: p.passed is False)
