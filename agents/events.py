@@ -270,9 +270,8 @@ class Kind:
             return model.model_validate(known, strict=False)
         except ValidationError:
             # Old or odd: take what is there; a missing required field reads as None.
-            return model.model_construct(
-                **{n: None for n, f in fields.items() if f.is_required()}, **known
-            )
+            missing = {n: None for n, f in fields.items() if f.is_required()}
+            return model.model_construct(**{**missing, **known})
 
 
 def short(text: Any, limit: int = 100) -> str:
