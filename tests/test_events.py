@@ -342,3 +342,40 @@ def test_the_openapi_document_shows_the_typed_payloads(run):
     assert "content" in turn["required"] and turn["additionalProperties"] is False
     assert set(by_kind["run.status"]["required"]) == {"from", "to"}
     assert "fleet.merge" in payload["description"]  # the untyped kinds are named
+
+
+def test_the_run_page_renders_each_typed_kinds_fields_and_marks_failures(run):
+    """The event-row partial reads `row.p.<field>`: each typed kind shows what its model holds."""
+    from django.template.loader import render_to_string
+
+    from dashboard import stream
+
+    written = eventlog.append_many(
+        run.pk, [eventlog.NewEvent(k, p) for k, p in SAMPLES.items()]
+    ).events
+    rows = [stream.Row(**{k: getattr(e, k) for k in stream.EVENT_FIELDS}) for e in written]
+    html = {
+        r.kind: render_to_string("runs/detail.html#event-row", {"row": r, "rights": None})
+        for r in rows
+    }
+    expected = {
+        "check.result": "✘ failed (exit 1)",
+        "check.regressed": "passed at #7",
+        "check.tampered": "tests/t.py",
+        "drift.warning": "invoices",
+        "judge.verdict": "documented",
+        "human.note": "use the v2 API",
+        "run.rewound": "try again",
+        "model.turn": "10 in · 5 out",
+        "tool.call": "$ ls",
+        "approval.requested": "deletes files",
+    }
+    for kind, text in expected.items():
+        assert text in html[kind], (kind, html[kind])
+    assert 'data-abandons="5-20"' in html["run.rewound"]
+    assert {r.kind for r in rows if r.failed} == {
+        "check.result",
+        "check.regressed",
+        "check.tampered",
+    }
+    assert all(r.summary for r in rows)
