@@ -44,7 +44,8 @@ class Row:
 
     @property
     def summary(self) -> str:
-        return events.KINDS[self.kind].summary(self.p) if self.kind in events.KINDS else ""
+        entry = events.KINDS.get(self.kind)
+        return entry.summary(self.p) if entry else events.short(self.payload)
 
     @property
     def label(self) -> str:
