@@ -200,7 +200,7 @@ def test_the_scanner_finds_a_kind_nobody_registered():
 
 def test_every_kind_emitted_in_the_code_is_registered():
     emitted: dict[str, set[str]] = {}
-    for folder in ("agents", "api", "dashboard"):
+    for folder in ("agents", "api", "dashboard", "bench", "examples"):
         for path in (ROOT / folder).rglob("*.py"):
             if "migrations" in path.parts:
                 continue
