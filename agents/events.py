@@ -260,6 +260,8 @@ class Kind:
         model = self.payload
         if model is None:
             return payload
+        if not isinstance(payload, dict):
+            payload = {}
         fields = model.model_fields
         known = {}
         for name, f in fields.items():
@@ -277,10 +279,6 @@ class Kind:
 def short(text: Any, limit: int = 100) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _dict_summary(p: Any) -> str:
-    return short(p)
 
 
 KINDS: dict[str, Kind] = {}
@@ -324,7 +322,7 @@ def check(kind: str, payload: Obj) -> None:
         ) from None
 
 
-def payload(obj: Payload) -> Obj:
+def as_written(obj: Payload) -> Obj:
     """A typed payload as it is written (by alias: `from`, not `from_`)."""
     return obj.model_dump(by_alias=True)
 

@@ -143,7 +143,7 @@ def test_every_typed_kind_has_a_sample_and_round_trips():
         events.check(kind, payload)
         typed = events.read(kind, payload)
         assert isinstance(typed, events.typed_kinds()[kind])
-        written = events.payload(typed)
+        written = events.as_written(typed)
         assert {k: written[k] for k in payload} == payload, kind  # the fields as written
         assert events.read(kind, written) == typed, kind
         assert events.summary(kind, payload), kind
