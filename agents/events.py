@@ -133,7 +133,7 @@ class CheckTampered(Payload):
 
 class JudgeVerdict(Payload):
     passed: bool
-    criteria: list[Obj] = Field(default_factory=list)
+    criteria: list[Any] = Field(default_factory=list)  # a judge may answer oddly
     model: str | None = None
     error: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
