@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from agents import inputs, policy, services
-from agents.eventlog import describe
+from agents.events import summary
 from agents.models import (
     Approval,
     Artifact,
@@ -233,7 +233,7 @@ class EventAdmin(admin.ModelAdmin):
 
     @admin.display(description="summary")
     def summary(self, event):
-        return format_html("{}", describe(event.kind, event.payload))
+        return format_html("{}", summary(event.kind, event.payload))
 
     def has_add_permission(self, request):
         return False

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from agents import events
 from agents.models import Event, Run, Session
 
 # Sent once the transaction that appended events has committed, with `events` (the new Event
@@ -112,6 +113,10 @@ def append_many(
     for name in names:
         if name not in COUNTERS:
             raise ValueError(f"not a run counter: {name}")
+    for item in new:
+        # Through its kind's type: an unknown kind or a payload with a wrong field is refused
+        # here, before anything is written (agents/events.py).
+        events.check(item.kind, item.payload)
     now = timezone.now()
     params: list[Any] = [len(new), *(increments[name] for name in names)]
     if lease_owner is not None:
@@ -121,7 +126,7 @@ def append_many(
     secrets = _secret_values()
     stored = [_stored(item.payload, secrets) for item in new]
     raw = _raw_cursor()
-    events: list[Event] = []
+    rows: list[Event] = []
     with transaction.atomic(savepoint=False):
         cursor = raw or connection.cursor()
         try:
@@ -133,7 +138,7 @@ def append_many(
                 if row is not None:
                     last_seq, status = row
                     first = last_seq - len(new) + 1
-                    events = [
+                    rows = [
                         Event(
                             run_id=run_id,
                             seq=first + i,
@@ -145,18 +150,18 @@ def append_many(
                         )
                         for i, (item, (payload, _)) in enumerate(zip(new, stored, strict=True))
                     ]
-                    _insert(cursor, events, [text for _, text in stored], now, raw is not None)
+                    _insert(cursor, rows, [text for _, text in stored], now, raw is not None)
         finally:
             cursor.close()
-        if events and events_committed.has_listeners():  # nobody listens embedded: no cost
+        if rows and events_committed.has_listeners():  # nobody listens embedded: no cost
             transaction.on_commit(
-                lambda: events_committed.send(sender=Event, events=events), robust=True
+                lambda: events_committed.send(sender=Event, events=rows), robust=True
             )
-    if not events:
+    if not rows:
         if lease_owner is not None and Run.objects.filter(pk=run_id).exists():
             raise LeaseLost(f"run {run_id}: lease no longer held by {lease_owner}")
         raise Run.DoesNotExist(f"run {run_id} does not exist")
-    return Appended(events=events, status=status)
+    return Appended(events=rows, status=status)
 
 
 def _raw_cursor():
@@ -286,177 +291,6 @@ def append(
     return appended.events[0]
 
 
-def _short(text: Any, limit: int = 100) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-SESSION_ENDINGS = {
-    "handoff": "ended with a handoff",
-    "finished": "ended: the agent finished and the checks passed",
-    "verification_failed": "ended: the checks failed",
-    "budget": "ended: a budget ran out",
-    "cancelled": "ended: the run was cancelled",
-    "failed": "ended: the run failed",
-    "crashed_recovered": "ended when its worker crashed (the run recovered)",
-    "rewound": "was ended by a rewind",
-}
-
-
-def _number(p: dict[str, Any]) -> Any:
-    """A checkpoint's number in its run (events from before numbers had only the id)."""
-    return p.get("number", p.get("checkpoint_id"))
-
-
-def describe(kind: str, payload: dict[str, Any]) -> str:
-    """A one-line summary of an event, for the CLI and the admin."""
-    p = payload
-    if kind == "run.created":
-        return f"goal: {_short(p.get('goal'))}"
-    if kind == "run.status":
-        reason = f" ({_short(p['reason'])})" if p.get("reason") else ""
-        return f"{p.get('from')} → {p.get('to')}{reason}"
-    if kind == "session.started":
-        return f"session {p.get('index')} started"
-    if kind == "session.ended":
-        how = SESSION_ENDINGS.get(p.get("reason"), f"ended ({p.get('reason')})")
-        return f"session {p.get('index')} {how}"
-    if kind == "model.turn":
-        usage = p.get("usage", {})
-        tools = [b.get("name") for b in p.get("content", []) if b.get("type") == "tool_use"]
-        calls = f" → {', '.join(tools)}" if tools else ""
-        return (
-            f"{_short(p.get('text') or '(no text)', 80)}{calls} "
-            f"[{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out]"
-        )
-    if kind == "tool.call":
-        args = p.get("input") or {}
-        main = args.get("command") or args.get("path") or args.get("summary") or ""
-        return f"{p.get('name')} {_short(main, 80)}".rstrip()
-    if kind == "tool.result":
-        mark = "error" if p.get("is_error") else "ok"
-        return f"{p.get('name')} {mark}: {_short(p.get('output', ''), 80)}"
-    if kind == "check.result":
-        state = "passed" if p.get("passed") else f"failed (exit {p.get('exit_code')})"
-        return f"`{p.get('command')}` {state}"
-    if kind == "check.regressed":
-        return (
-            f"REGRESSION: `{p.get('command')}` passed at #{p.get('passed_at_seq')} and fails now "
-            f"({p.get('at', 'finish')}); the run cannot succeed while it fails"
-        )
-    if kind == "check.tampered":
-        files = p.get("files") or []
-        changes = ", ".join(f"{f.get('path')} ({f.get('change')})" for f in files)
-        return (
-            f"TAMPERED: {len(files)} protected file(s) changed, the checks ran against the "
-            f"originals: {_short(changes, 80)}"
-        )
-    if kind == "drift.warning":
-        coverage, threshold = p.get("coverage"), p.get("threshold")
-        number = (int, float)
-        share = f"{coverage:.0%}" if isinstance(coverage, number) else "?"
-        below = f" (below {threshold:.0%})" if isinstance(threshold, number) else ""
-        which = "forced handoff (the agent's last words)" if p.get("forced") else "handoff"
-        missing = ", ".join(str(w) for w in (p.get("goal_words_missing") or [])[:8])
-        return _short(
-            f"drift: the {which} speaks of {share} of the goal{below}; missing: {missing}", 160
-        )
-    if kind == "judge.verdict":
-        criteria = [c for c in p.get("criteria") or [] if isinstance(c, dict)]
-        met = sum(1 for c in criteria if c.get("passed") is True)
-        marks = "; ".join(
-            f"{'✔' if c.get('passed') is True else '✘'} {c.get('criterion')}: {c.get('reason', '')}"
-            for c in criteria
-        )
-        error = f" ({p['error']})" if p.get("error") else ""
-        verdict = "accepted" if p.get("passed") else "rejected"
-        return _short(
-            f"judge {verdict}, {met} of {len(criteria)} criteria met{error}: {marks}", 160
-        )
-    if kind in {"human.note", "harness.message"}:
-        return _short(p.get("text", ""))
-    if kind in {"budget.warning"}:
-        return f"{p.get('budget')}: {p.get('used')} of {p.get('limit')}"
-    if kind in {"budget.exceeded", "error"}:
-        return _short(p.get("reason") or p.get("message", ""))
-    if kind == "approval.requested":
-        args = p.get("input") or {}
-        return f"{p.get('tool')} {_short(args.get('command') or args.get('path') or args, 70)} ({p.get('reason')})"
-    if kind == "approval.decided":
-        comment = f": {_short(p['comment'], 60)}" if p.get("comment") else ""
-        edited = " with edits" if p.get("edited_input") else ""
-        return f"approval {p.get('approval_id')} {p.get('decision')}{edited}{comment}"
-    if kind == "run.updated":
-        if "rule_added" in p:
-            rule = p["rule_added"]
-            return f"tool policy: rule added ({rule.get('action')} {rule.get('tool')})"
-        return (
-            "tool policy changed" if "tool_policy" in p else f"budgets raised: {p.get('budgets')}"
-        )
-    if kind == "checkpoint.created":
-        label = f": {_short(p['label'], 60)}" if p.get("label") else ""
-        return (
-            f"checkpoint {_number(p)} ({p.get('kind')}){label}, {p.get('files')} "
-            f"files, the store grew by {p.get('bytes_added', 0)} bytes"
-        )
-    if kind == "run.rewound":
-        note = f"; note: {_short(p['note'], 60)}" if p.get("note") else ""
-        return (
-            f"rewound to checkpoint {_number(p)} (#{p.get('to_seq')}): events "
-            f"#{(p.get('to_seq') or 0) + 1}-#{p.get('from_seq')} abandoned ({p.get('events')} "
-            f"events, {p.get('tokens')} tokens, ${p.get('cost_usd')}){note}"
-        )
-    if kind == "run.rewind_requested":
-        note = f"; note: {_short(p['note'], 60)}" if p.get("note") else ""
-        return f"rewind to checkpoint {_number(p)} (#{p.get('to_seq')}) requested{note}"
-    if kind == "run.forked":
-        return f"forked from checkpoint {_number(p)} into run {p.get('fork_run_id')}"
-    if kind == "acceptance.updated":
-        changed = ", ".join(str(c) for c in p.get("changed") or [])
-        return f"acceptance {p.get('passing')}/{p.get('total')} passing" + (
-            f" (changed: {_short(changed, 80)})" if changed else ""
-        )
-    if kind == "notification.failed":
-        return (
-            f"webhook {p.get('event')} to {p.get('url')} failed after {p.get('attempts')} "
-            f"attempt(s): {_short(p.get('error', ''), 80)}"
-        )
-    if kind in {"memory.saved", "memory.changed", "memory.deleted"}:
-        where = f"project {p.get('project_name')!r}" if p.get("scope") == "project" else "run"
-        what = {"memory.saved": "saved", "memory.changed": "changed", "memory.deleted": "deleted"}
-        text = f": {_short(p['text'], 80)}" if "text" in p else ""
-        pin = {True: " (pinned)", False: " (unpinned)"}.get(p.get("pinned"), "")
-        shared = " (and for the project)" if p.get("project") else ""
-        return f"{where} memory {what[kind]} {p.get('key')}{pin}{shared}{text}"
-    if kind == "artifact.saved":
-        return f"{p.get('name')} ({p.get('kind')}, {p.get('size')} bytes)"
-    if kind.startswith("fleet."):
-        return describe_fleet(kind, p)
-    if kind == "workspace.restored":
-        at = f"checkpoint {p['checkpoint']}" if p.get("checkpoint") else "its last committed state"
-        return (
-            f"workspace restored on {p.get('host')} from {at}: {p.get('files')} files, "
-            f"{p.get('bytes')} bytes, {p.get('written')} written, in {p.get('milliseconds')} ms"
-        )
-    return _short(p)
-
-
-def describe_fleet(kind: str, p: dict[str, Any]) -> str:
-    """A fleet event in one line (agents/runtime/fleet.py, agents/lifecycle.py)."""
-    if kind == "fleet.spawned":
-        ids = ", ".join(str(c.get("run_id")) for c in p.get("children") or [])
-        return f"spawned child runs {ids} (wait {p.get('wait', 'all')})"
-    if kind == "fleet.child_ended":
-        return f"child run {p.get('run_id')} {p.get('status')}"
-    if kind == "fleet.woke":
-        return f"woke: {_short(p.get('reason', ''), 80)}"
-    if kind == "fleet.merge":
-        files = ", ".join(p.get("conflicts") or []) if p.get("result") == "conflict" else ""
-        return _short(
-            f"merge of child run {p.get('run_id')}: {p.get('result')}"
-            + (f" in {files}" if files else f", {len(p.get('files') or [])} file(s)"),
-            120,
-        )
-    if kind == "fleet.cascade":
-        return f"{p.get('action')} with its parent: {_short(p.get('cause', ''), 80)}"
-    return _short(p)
+# A one-line summary of an event, for the CLI and the admin: each kind's is in its registry.
+describe = events.summary
+SESSION_ENDINGS = events.SESSION_ENDINGS

@@ -15,6 +15,7 @@ the log, never the run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -31,6 +32,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
+from agents import events
 from agents.branches import in_ranges
 from agents.models import Event, EventKind, Run, RunStatus, Session
 
@@ -203,16 +205,16 @@ def usage_attributes(usage: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def check_attributes(p: dict[str, Any]) -> dict[str, Any]:
+def check_attributes(p: events.CheckResult) -> dict[str, Any]:
     return {
-        "shiftlog.check.command": preview(str(p.get("command") or "")),
-        "shiftlog.check.passed": bool(p.get("passed")),
-        "shiftlog.check.exit_code": p.get("exit_code"),
-        "shiftlog.check.timed_out": bool(p.get("timed_out")),
-        "shiftlog.check.required": p.get("required"),
-        "shiftlog.check.at": p.get("at"),
-        "shiftlog.check.output_chars": len(str(p.get("output") or "")),
-        "shiftlog.duration_ms": p.get("duration_ms"),
+        "shiftlog.check.command": preview(str(p.command or "")),
+        "shiftlog.check.passed": bool(p.passed),
+        "shiftlog.check.exit_code": p.exit_code,
+        "shiftlog.check.timed_out": bool(p.timed_out),
+        "shiftlog.check.required": p.required,
+        "shiftlog.check.at": p.at or None,
+        "shiftlog.check.output_chars": len(str(p.output or "")),
+        "shiftlog.duration_ms": p.duration_ms,
     }
 
 
@@ -237,8 +239,17 @@ class _Row:
     at: int  # ns
 
     @property
-    def p(self) -> dict[str, Any]:
+    def raw(self) -> dict[str, Any]:
         return self.payload if isinstance(self.payload, dict) else {}
+
+    @functools.cached_property
+    def p(self) -> Any:
+        """The payload as its kind's type (agents/events.py)."""
+        return events.read(self.kind, self.raw)
+
+    @property
+    def failed(self) -> bool:
+        return events.failed(self.kind, self.raw)
 
 
 @dataclass
@@ -332,7 +343,7 @@ class _Trace:
         self.previous_at = row.at
 
     def mark(self, row: _Row) -> None:
-        attributes = {"shiftlog.seq": row.seq, **scalars(row.p)}
+        attributes = {"shiftlog.seq": row.seq, **scalars(row.raw)}
         if in_ranges(row.seq, self.ranges):
             attributes["shiftlog.abandoned"] = True
         self.parent_of(row).add_event(row.kind, attributes, timestamp=row.at)
@@ -341,16 +352,16 @@ class _Trace:
         self.parent_of(row).add_event(
             "exception",
             {
-                "exception.type": str(row.p.get("error") or "error"),
-                "exception.message": preview(row.p.get("message") or ""),
-                "shiftlog.source": str(row.p.get("source") or ""),
+                "exception.type": str(row.p.error or "error"),
+                "exception.message": preview(row.p.message or ""),
+                "shiftlog.source": str(row.p.source or ""),
                 "shiftlog.seq": row.seq,
             },
             timestamp=row.at,
         )
 
     def on_session_started(self, row: _Row) -> None:
-        index = row.p.get("index")
+        index = row.p.index
         self.session_index[row.session_id] = index
         span = self.start(
             f"session {index}",
@@ -366,7 +377,7 @@ class _Trace:
         opened = self.sessions.pop(row.session_id, None)
         if opened is None:
             return
-        reason = str(row.p.get("reason") or "")
+        reason = str(row.p.reason or "")
         opened.span.set_attribute("shiftlog.session.end_reason", reason)
         if reason == "failed":
             opened.span.set_status(Status(StatusCode.ERROR, "the session failed"))
@@ -374,14 +385,14 @@ class _Trace:
 
     def on_model_turn(self, row: _Row) -> None:
         p = row.p
-        usage = p.get("usage") or {}
-        latency = p.get("latency_ms")
+        usage = p.usage or {}
+        latency = p.latency_ms
         start = row.at - int(latency * 1_000_000) if latency else self.previous_at or row.at
-        content = p.get("content") or []
+        content = p.content or []
         tool_uses = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
         for block in tool_uses:
             self.asked_at[str(block.get("id"))] = row.at
-        model = p.get("model") or self.run.model
+        model = p.model or self.run.model
         span = self.start(
             f"chat {model}",
             row.seq,
@@ -393,9 +404,9 @@ class _Trace:
                 **usage_attributes(usage),
                 "gen_ai.request.model": self.run.model,
                 "gen_ai.response.model": model,
-                "gen_ai.response.finish_reasons": [str(p.get("stop_reason") or "")],
-                "shiftlog.cost_usd": str(p.get("cost_usd") or "0"),
-                "shiftlog.turn.text_chars": len(p.get("text") or ""),
+                "gen_ai.response.finish_reasons": [str(p.stop_reason or "")],
+                "shiftlog.cost_usd": str(p.cost_usd or "0"),
+                "shiftlog.turn.text_chars": len(p.text or ""),
                 "shiftlog.turn.tool_calls": len(tool_uses),
                 "shiftlog.latency_ms": latency,
             },
@@ -405,9 +416,9 @@ class _Trace:
 
     def _tool_span(self, row: _Row, start: int, tool_input: Any = None) -> Span:
         p = row.p
-        tool_use_id = str(p.get("tool_use_id") or "")
-        name = str(p.get("name") or "")
-        approval_id = p.get("approval_id")
+        tool_use_id = str(p.tool_use_id or "")
+        name = str(p.name or "")
+        approval_id = getattr(p, "approval_id", None)  # a call's; a result has none
         context = self.approval_contexts.get(approval_id) if approval_id else None
         return self.start(
             f"execute_tool {name}",
@@ -428,49 +439,48 @@ class _Trace:
         )
 
     def on_tool_call(self, row: _Row) -> None:
-        span = self._tool_span(row, row.at, row.p.get("input"))
-        tool_use_id = str(row.p.get("tool_use_id") or "")
+        span = self._tool_span(row, row.at, row.p.input)
+        tool_use_id = str(row.p.tool_use_id or "")
         self.tools[tool_use_id] = _Open(span, row.session_id, row.seq)
 
     def on_tool_result(self, row: _Row) -> None:
         p = row.p
-        tool_use_id = str(p.get("tool_use_id") or "")
+        tool_use_id = str(p.tool_use_id or "")
         opened = self.tools.pop(tool_use_id, None)
         if opened is None:  # never called: denied, or refused before it ran
             span = self._tool_span(row, self.asked_at.get(tool_use_id, row.at))
             span.set_attribute("shiftlog.tool.ran", False)
         else:
             span = opened.span
-        output = p.get("output")
-        output = output if isinstance(output, str) else ""
-        data = p.get("data") if isinstance(p.get("data"), dict) else {}
+        output = p.output if isinstance(p.output, str) else ""
+        data = p.data if isinstance(p.data, dict) else {}
         span.set_attribute("shiftlog.result_seq", row.seq)
         span.set_attribute("shiftlog.tool.output_chars", len(output))
-        span.set_attribute("shiftlog.tool.is_error", bool(p.get("is_error")))
+        span.set_attribute("shiftlog.tool.is_error", row.failed)
         if isinstance(data.get("exit_code"), int):
             span.set_attribute("shiftlog.tool.exit_code", data["exit_code"])
-        if p.get("is_error"):
+        if row.failed:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR, preview(output)))
         span.end(end_time=row.at)
 
     def on_approval_requested(self, row: _Row) -> None:
         p = row.p
-        approval_id = p.get("approval_id")
+        approval_id = p.approval_id
         if approval_id in self.approvals:
             return  # asked again (after a worker died): the first request's span goes on
         span = self.start(
-            f"approval {p.get('tool') or ''}".strip(),
+            f"approval {p.tool or ''}".strip(),
             row.seq,
             row.at,
             parent=self.parent_of(row),
             attributes={
                 **self.session_attrs(row),
-                "gen_ai.tool.name": p.get("tool"),
-                "gen_ai.tool.call.id": p.get("tool_use_id"),
+                "gen_ai.tool.name": p.tool,
+                "gen_ai.tool.call.id": p.tool_use_id,
                 "shiftlog.approval.id": approval_id,
-                "shiftlog.approval.reason": preview(p.get("reason") or ""),
-                "shiftlog.tool.input_preview": preview(p.get("input")),
+                "shiftlog.approval.reason": preview(p.reason or ""),
+                "shiftlog.tool.input_preview": preview(p.input),
             },
             seq=row.seq,
         )
@@ -478,14 +488,14 @@ class _Trace:
         self.approval_contexts[approval_id] = span.get_span_context()
 
     def on_approval_decided(self, row: _Row) -> None:
-        opened = self.approvals.pop(row.p.get("approval_id"), None)
+        opened = self.approvals.pop(row.p.approval_id, None)
         if opened is None:
             return
         span = opened.span
-        span.set_attribute("shiftlog.approval.status", str(row.p.get("decision") or ""))
+        span.set_attribute("shiftlog.approval.status", str(row.p.decision or ""))
         span.set_attribute("shiftlog.approval.decided_by", row.actor)
-        span.set_attribute("shiftlog.approval.edited", "edited_input" in row.p)
-        span.set_attribute("shiftlog.approval.comment", preview(row.p.get("comment") or ""))
+        span.set_attribute("shiftlog.approval.edited", row.p.edited_input is not None)
+        span.set_attribute("shiftlog.approval.comment", preview(row.p.comment or ""))
         span.set_attribute("shiftlog.result_seq", row.seq)
         span.end(end_time=row.at)
 
@@ -504,17 +514,17 @@ class _Trace:
         for row, tool in reversed(self.checks):
             p = row.p
             end = row.at if end is None else min(end, row.at)
-            start = end - int(float(p.get("duration_ms") or 0) * 1_000_000)
+            start = end - int(float(p.duration_ms or 0) * 1_000_000)
             span = self.start(
-                f"check {preview(str(p.get('command') or ''))[:80]}",
+                f"check {preview(str(p.command or ''))[:80]}",
                 row.seq,
                 start,
                 parent=tool or self.parent_of(row),
                 attributes={**self.session_attrs(row), **check_attributes(p)},
                 seq=row.seq,
             )
-            if not p.get("passed"):
-                state = "timed out" if p.get("timed_out") else f"exit code {p.get('exit_code')}"
+            if not p.passed:
+                state = "timed out" if p.timed_out else f"exit code {p.exit_code}"
                 span.set_attribute("error.type", "check_failed")
                 span.set_status(Status(StatusCode.ERROR, f"check failed ({state})"))
             span.end(end_time=end)
@@ -523,8 +533,8 @@ class _Trace:
 
     def on_judge_verdict(self, row: _Row) -> None:
         p = row.p
-        usage = p.get("usage") or {}
-        model = p.get("model") or self.run.judge_model or self.run.model
+        usage = p.usage or {}
+        model = p.model or self.run.judge_model or self.run.model
         span = self.start(
             "judge",
             row.seq,
@@ -536,13 +546,13 @@ class _Trace:
                 "gen_ai.request.model": model,
                 "gen_ai.usage.input_tokens": int(usage.get("input_tokens") or 0),
                 "gen_ai.usage.output_tokens": int(usage.get("output_tokens") or 0),
-                "shiftlog.judge.passed": bool(p.get("passed")),
-                "shiftlog.cost_usd": str(p.get("cost_usd") or "0"),
+                "shiftlog.judge.passed": bool(p.passed),
+                "shiftlog.cost_usd": str(p.cost_usd or "0"),
             },
             seq=row.seq,
         )
-        if p.get("error"):
-            span.set_status(Status(StatusCode.ERROR, preview(p["error"])))
+        if p.error:
+            span.set_status(Status(StatusCode.ERROR, preview(p.error)))
         span.end(end_time=row.at)
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from agents import eventlog, fleets
+from agents import fleets
+from agents.events import ApprovalRequested, read_payload
+from agents.events import summary as event_summary
 from agents.models import Approval, Artifact, Checkpoint, Event, EventKind, Run
 
 
@@ -99,7 +101,7 @@ def event(e: Event, session_index: int | None) -> dict[str, Any]:
         "session": session_index,
         "created_at": e.created_at,
         "payload": e.payload,
-        "summary": eventlog.describe(e.kind, e.payload),
+        "summary": event_summary(e.kind, e.payload),
     }
 
 
@@ -116,7 +118,8 @@ def approvals(rows: list[Approval]) -> list[dict[str, Any]]:
             kind=EventKind.APPROVAL_REQUESTED,
             payload__approval_id__in=[a.pk for a in rows],
         ).values_list("payload", flat=True):
-            why[payload.get("approval_id")] = payload.get("reason", "")
+            asked: ApprovalRequested = read_payload(EventKind.APPROVAL_REQUESTED, payload)
+            why[asked.approval_id] = asked.reason
     return [approval(a, why.get(a.pk, "")) for a in rows]
 
 

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from ninja import Path, Schema
 from pydantic import ConfigDict, Field
 
+from agents import events as event_kinds
+
 # A row id in a path: a number a key can hold (anything else is a 422, never an overflow).
 PathId = Annotated[int, Path(ge=1, le=2**53)]
 Count = Annotated[int, Field(ge=1, le=2**53)]
@@ -177,13 +179,28 @@ class ForkPreview(Schema):
 
 
 # --- events ---------------------------------------------------------------------------------
+# Each typed kind's payload, from the one registry (agents/events.py), shown in the document as
+# `x-payload-of-kind` on `payload`. The payload itself is sent as it was stored (events written
+# before a field existed lack it), so it is not validated against these on the way out.
+PAYLOADS_BY_KIND = {
+    kind: model.model_json_schema(by_alias=True)
+    for kind, model in sorted(event_kinds.typed_kinds().items())
+}
+
+
 class EventOut(Schema):
     seq: int
-    kind: str
+    kind: str = Field(description="One of the kinds in `x-payload-of-kind`, or an untyped one.")
     actor: str
     session: int | None
     created_at: datetime
-    payload: dict[str, Any]
+    payload: dict[str, Any] = Field(
+        description="The event's payload; for a typed kind, as its schema in `x-payload-of-kind` "
+        "(fields added later are missing from older events). Untyped kinds: "
+        + ", ".join(event_kinds.untyped_kinds())
+        + ".",
+        json_schema_extra={"x-payload-of-kind": PAYLOADS_BY_KIND},
+    )
     summary: str
 
 

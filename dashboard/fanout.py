@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from channels.db import database_sync_to_async
 from channels.exceptions import ChannelFull
 
+from agents.events import read as read_payload
 from dashboard import stream
 
 log = logging.getLogger("dashboard.live")
@@ -111,7 +112,7 @@ async def publish(layer, rows: list[dict[str, Any]]) -> None:
                     "seq": events[-1]["seq"],
                     "created": "run.created" in kinds,
                     "approvals": [
-                        [e["payload"].get("approval_id"), e["kind"]]
+                        [read_payload(e["kind"], e["payload"]).approval_id, e["kind"]]
                         for e in events
                         if e["kind"] in APPROVAL_KINDS
                     ],

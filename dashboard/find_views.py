@@ -13,7 +13,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from agents import inputs
-from agents.models import Event, EventKind, Run, Session
+from agents.events import KINDS
+from agents.models import Event, Run, Session
 from dashboard import access, stream
 
 PAGE = 100
@@ -21,7 +22,8 @@ PAGE = 100
 
 class FindForm(forms.Form):
     kind = forms.ChoiceField(
-        required=False, choices=[("", "any kind"), *[(k, k) for k in EventKind.values]]
+        required=False,
+        choices=[("", "any kind"), *[(k, f"{k} ({e.label})") for k, e in KINDS.items()]],
     )
     tool = forms.CharField(required=False, max_length=100, label="Tool")
     q = forms.CharField(required=False, max_length=200, label="Text")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 
-from agents import memory, pages
+from agents import events, memory, pages
 from agents.branches import in_ranges
 from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session
 from agents.money import usd
@@ -199,7 +199,7 @@ def render_push(
                 "runs/detail.html#events-oob", {"rows": rows, "rights": rights, "run": None}
             )
         )
-    decided = [r.payload.get("approval_id") for r in rows if r.kind == "approval.decided"]
+    decided = [r.p.approval_id for r in rows if isinstance(r.p, events.ApprovalDecided)]
     if decided:
         approvals = Approval.objects.select_related("run", "decided_by").filter(pk__in=decided)
         parts += [cards.render(a, can_decide=rights.decide, oob=True) for a in approvals]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
+from agents import events
 from agents.branches import in_ranges
-from agents.eventlog import describe
 from agents.models import Approval, Event
 
 PAGE_SIZE = 50  # events on first open, and per "older" page
@@ -36,29 +37,50 @@ class Row:
     abandoned: bool = False  # on a branch a rewind left behind
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @cached_property
+    def p(self) -> Any:
+        """The payload as its kind's type (agents/events.py); templates read `row.p.<field>`."""
+        return events.read(self.kind, self.payload)
+
     @property
     def summary(self) -> str:
-        return describe(self.kind, self.payload)
+        entry = events.KINDS.get(self.kind)
+        return entry.summary(self.p) if entry else events.short(self.payload)
+
+    @property
+    def label(self) -> str:
+        return events.label(self.kind)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the row records a failure (a red row): the registry's word, per kind."""
+        entry = events.KINDS.get(self.kind)
+        return bool(entry and entry.failed(self.p))
 
     @property
     def css(self) -> str:
         return self.kind.replace(".", "-")
 
+    def _field(self, name: str) -> Any:
+        p = self.p
+        return p.get(name) if isinstance(p, dict) else getattr(p, name, None)
+
     @property
     def text(self) -> str:
-        return str(self.payload.get("text") or "")
+        return str(self._field("text") or "")
 
     @property
     def usage(self) -> dict[str, Any]:
-        return self.payload.get("usage") or {}
+        return self._field("usage") or {}
 
     @property
     def tool_name(self) -> str:
-        return str(self.payload.get("name") or self.payload.get("tool") or "")
+        return str(self._field("name") or self._field("tool") or "")
 
     @property
     def tool_input(self) -> dict[str, Any]:
-        return self.payload.get("input") or {}
+        found = self._field("input")
+        return found if isinstance(found, dict) else {}
 
     @property
     def command(self) -> str:
@@ -70,7 +92,7 @@ class Row:
 
     @property
     def output(self) -> str:
-        return str(self.payload.get("output") or "")
+        return str(self._field("output") or "")
 
     @property
     def output_is_long(self) -> bool:
@@ -82,7 +104,7 @@ class Row:
 
     @property
     def is_error(self) -> bool:
-        return bool(self.payload.get("is_error"))
+        return self.kind == "tool.result" and self.failed
 
     @property
     def actor_label(self) -> str:
@@ -116,12 +138,12 @@ def from_message(values: dict[str, Any]) -> Row:
 
 def attach_approvals(rows: list[Row]) -> list[Row]:
     """One query for the approvals the rows mention, so each card shows its current state."""
-    ids = {r.payload.get("approval_id") for r in rows if r.kind == "approval.requested"} - {None}
+    asks = [r for r in rows if isinstance(r.p, events.ApprovalRequested)]
+    ids = {r.p.approval_id for r in asks} - {None}
     if ids:
         found = Approval.objects.select_related("run", "decided_by").in_bulk(ids)
-        for r in rows:
-            if r.kind == "approval.requested":
-                r.approval = found.get(r.payload.get("approval_id"))
+        for r in asks:
+            r.approval = found.get(r.p.approval_id)
     return rows
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db import connection
 
+from agents import events
 from agents.models import Event, Run, Session
 
 MEMORY_CAP_BYTES = 50 * 2**20
@@ -396,20 +397,23 @@ class RunIndex:
 # The payload keys each kind needs, read by the database as one small JSON array a row (the
 # payloads themselves, a tool's whole output say, never reach Python).
 KEYS = {
-    "model.turn": (
-        "latency_ms",
-        "usage.input_tokens",
-        "usage.output_tokens",
-        "usage.cache_read_input_tokens",
-        "usage.cache_creation_input_tokens",
-        "cost_usd",
-        "model",
-    ),
-    "tool.call": ("tool_use_id", "name"),
-    "tool.result": ("tool_use_id", "is_error"),
-    "run.status": ("to", "from"),
-    "checkpoint.created": ("checkpoint_id", "kind", "label", "number"),
-    "run.rewound": ("checkpoint_id", "to_seq", "from_seq", "number"),
+    kind: events.keys(kind, *names)
+    for kind, names in {
+        "model.turn": (
+            "latency_ms",
+            "usage.input_tokens",
+            "usage.output_tokens",
+            "usage.cache_read_input_tokens",
+            "usage.cache_creation_input_tokens",
+            "cost_usd",
+            "model",
+        ),
+        "tool.call": ("tool_use_id", "name"),
+        "tool.result": ("tool_use_id", "is_error"),
+        "run.status": ("to", "from"),
+        "checkpoint.created": ("checkpoint_id", "kind", "label", "number"),
+        "run.rewound": ("checkpoint_id", "to_seq", "from_seq", "number"),
+    }.items()
 }
 
 

@@ -260,7 +260,9 @@ def test_model_and_tool_output_is_escaped(owner):
 def long_run(owner, events: int) -> Run:
     run = make_run(created_by=owner)
     batch = [
-        eventlog.NewEvent(kind="tool.result", payload={"name": "bash", "output": "x" * 50})
+        eventlog.NewEvent(
+            kind="tool.result", payload={"tool_use_id": "t", "name": "bash", "output": "x" * 50}
+        )
         for _ in range(500)
     ]
     for _ in range(events // 500):

@@ -87,7 +87,12 @@ def test_secrets_are_redacted_from_payloads(run, settings):
     event = eventlog.append(
         run.pk,
         "tool.result",
-        {"output": "key is sk-ant-very-secret-123 ok", "nested": ["sk-ant-very-secret-123"]},
+        {
+            "tool_use_id": "t1",
+            "name": "bash",
+            "output": "key is sk-ant-very-secret-123 ok",
+            "data": {"nested": ["sk-ant-very-secret-123"]},
+        },
     )
     stored = Event.objects.get(pk=event.pk).payload
     assert "sk-ant-very-secret-123" not in str(stored)
@@ -136,6 +141,7 @@ def test_a_nul_byte_in_a_payload_is_stored_visibly_on_every_database(db):
     from tests.helpers import make_run
 
     run = make_run(turns=[{"text": "x"}])
-    event = eventlog.append(run.pk, "tool.result", {"output": "a\x00b", "k\x00": ["\x00"]})
+    # An untyped kind: a key of any name (a typed kind's keys are its fields).
+    event = eventlog.append(run.pk, "run.isolation", {"output": "a\x00b", "k\x00": ["\x00"]})
     event.refresh_from_db()
     assert event.payload == {"output": "a\u2400b", "k\u2400": ["\u2400"]}

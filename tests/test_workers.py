@@ -81,7 +81,7 @@ while not os.path.exists(go):  # start together, so the appends really contend
     time.sleep(0.002)
 for i in range(count):
     eventlog.append(
-        run_id, "human.note", {"text": f"{writer} {i}", "writer": writer, "i": i},
+        run_id, "human.note", {"text": f"{writer} {i}", "author": writer},
         actor=f"test:{writer}",
     )
     # A breath between appends: SQLite's busy handler backs off, so without it a writer that
@@ -120,11 +120,12 @@ def test_two_processes_appending_at_once_get_gap_free_unique_seqs(procs, tmp_pat
         assert proc.wait(timeout=60) == 0, procs.logs()
 
     assert_gap_free(run)
-    notes = list(
-        Event.objects.filter(run=run, kind="human.note")
+    notes = [
+        (writer, int(text.split()[-1]))
+        for writer, text in Event.objects.filter(run=run, kind="human.note")
         .order_by("seq")
-        .values_list("payload__writer", "payload__i")
-    )
+        .values_list("payload__author", "payload__text")
+    ]
     assert len(notes) == 2 * per_writer
     assert run.last_seq == before + 2 * per_writer
     for name in writers:

@@ -6,7 +6,7 @@ from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
-from agents.eventlog import describe
+from agents.events import summary
 from agents.management.base import BaseCommand, fail, id_arg
 from agents.models import Event
 
@@ -48,5 +48,5 @@ class Command(BaseCommand):
                 when = event.created_at.strftime("%Y-%m-%d %H:%M:%S")
                 self.stdout.write(
                     f"{when} run {event.run_id} #{event.seq} {event.actor} {event.kind}: "
-                    f"{describe(event.kind, event.payload)}"
+                    f"{summary(event.kind, event.payload)}"
                 )

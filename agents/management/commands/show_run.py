@@ -6,9 +6,9 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from agents import eventlog, fleets, overview, policy, verification
+from agents import events, fleets, overview, policy, verification
 from agents.management.base import RunCommand, get_run, id_arg
-from agents.models import ApprovalStatus, Run
+from agents.models import ApprovalStatus, EventKind, Run
 from agents.runtime import prompts
 
 
@@ -78,10 +78,10 @@ def run_summary(run) -> dict:
             {
                 "seq": e.seq,
                 "session": e.session.index if e.session else None,
-                "passing": e.payload["passing"],
-                "total": e.payload["total"],
+                "passing": events.payload_of(e).passing,
+                "total": events.payload_of(e).total,
             }
-            for e in run.events.filter(kind="acceptance.updated")
+            for e in run.events.filter(kind=EventKind.ACCEPTANCE_UPDATED)
             .select_related("session")
             .order_by("seq")
         ],
@@ -202,7 +202,7 @@ class Command(RunCommand):
         w(f"  events:    {data['events']}")
         for s in data["sessions"]:
             state = (
-                eventlog.SESSION_ENDINGS.get(s["end_reason"], f"ended ({s['end_reason']})")
+                events.SESSION_ENDINGS.get(s["end_reason"], f"ended ({s['end_reason']})")
                 if s["end_reason"]
                 else s["status"]
             )

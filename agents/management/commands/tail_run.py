@@ -4,10 +4,10 @@ import argparse
 import json
 import time
 
-from agents.eventlog import describe
+from agents.events import KINDS, summary
 from agents.lifecycle import TERMINAL
 from agents.management.base import RunCommand, fail, get_run, id_arg, seq_arg
-from agents.models import Event, EventKind, Run, Session
+from agents.models import Event, Run, Session
 
 
 class Command(RunCommand):
@@ -22,7 +22,7 @@ class Command(RunCommand):
             "--after", type=seq_arg, default=0, metavar="SEQ", help="only events after this seq"
         )
         parser.add_argument("--follow", "-f", action="store_true")
-        parser.add_argument("--kind", choices=EventKind.values, help="only events of this kind")
+        parser.add_argument("--kind", choices=sorted(KINDS), help="only events of this kind")
         parser.add_argument("--tool", help="only calls and results of this tool")
         parser.add_argument("--grep", metavar="TEXT", help="only events holding TEXT (any case)")
         parser.add_argument("--errors", action="store_true", help="only failures")
@@ -91,7 +91,7 @@ class Command(RunCommand):
                 }
             )
         when = event.created_at.strftime("%H:%M:%S")
-        return f"#{event.seq:<5} {when} {event.kind:<17} {describe(event.kind, event.payload)}"
+        return f"#{event.seq:<5} {when} {event.kind:<17} {summary(event.kind, event.payload)}"
 
 
 def argparse_hidden():
