@@ -189,6 +189,9 @@ class ApprovalDecided(Payload):
     comment: str = ""
     edited_input: Obj | None = None
     diff: str | None = None
+    # A config change approved: the files whose approved content the checks now use,
+    # [{path, what, hash}] (agents/config_changes.apply).
+    baseline: list[dict[str, str]] | None = None
 
 
 class ArtifactSaved(Payload):
