@@ -29,6 +29,7 @@ __all__ = ["shiftlog"]  # the fixture, shared with tests/test_examples.py
 RISKY = "rm -rf build"
 FIX = "rm -rf build/junk.o && echo yes > done.txt"
 REASON = "keep build/, only junk.o may go"
+EDITABLE = f"{RISKY} && echo yes > done.txt"  # a person edits it to FIX
 
 
 @functools.cache
@@ -57,8 +58,9 @@ def make_run(base: str, token: str, workspace: Path) -> int:
     return run_id
 
 
-def deny_then_approve(base, boss_token, run_id, agent: subprocess.Popen, log: Path) -> list:
-    """The person: deny the first call that waits (with a reason), approve the second."""
+def deny_then_approve(base, boss_token, run_id, agent, log: Path, edit=None) -> list:
+    """The person: deny the first call that waits (with a reason), approve the second (edited
+    to `edit`, if given)."""
     from shiftlog_client import Client
 
     decided = []
@@ -67,7 +69,9 @@ def deny_then_approve(base, boss_token, run_id, agent: subprocess.Popen, log: Pa
         while len(decided) < 2:
             waiting = decider.list_approvals(status="pending", run=run_id)
             if waiting:
-                if decided:
+                if decided and edit:
+                    decided.append(decider.decide(waiting[0].id, "edit", input=edit))
+                elif decided:
                     decided.append(decider.decide(waiting[0].id, "approve"))
                 else:
                     decided.append(decider.decide(waiting[0].id, "deny", reason=REASON))
@@ -78,12 +82,12 @@ def deny_then_approve(base, boss_token, run_id, agent: subprocess.Popen, log: Pa
     return decided
 
 
-def run_agent(argv, env, base, boss_token, run_id, log: Path, cwd=None) -> list:
+def run_agent(argv, env, base, boss_token, run_id, log: Path, cwd=None, edit=None) -> list:
     with log.open("w") as out:
         agent = subprocess.Popen(dying_with_us(argv), env=env, stdout=out, cwd=cwd,
                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        decided = deny_then_approve(base, boss_token, run_id, agent, log)
+        decided = deny_then_approve(base, boss_token, run_id, agent, log, edit)
         assert agent.wait(timeout=120) == 0, log.read_text()
     finally:
         if agent.poll() is None:
@@ -96,8 +100,9 @@ def assert_the_story(run_id: int, workspace: Path, decided: list, output: str) -
     run = Run.objects.get(pk=run_id)
     assert run.status == "succeeded", output
     assert [d.status for d in decided] == ["denied", "approved"], decided
-    assert decided[0].input["command"] == RISKY and decided[1].input["command"] == FIX
-    # The denied call did not run, the approved one did.
+    assert decided[0].input["command"] == RISKY, decided[0]
+    assert decided[1].input["command"] in (FIX, EDITABLE), decided[1]  # as asked
+    # The denied call did not run, the approved one did (as edited, if it was: build/ stays).
     assert (workspace / "done.txt").read_text() == "yes\n"
     assert not (workspace / "build" / "junk.o").exists()
     assert (workspace / "build" / "keep.txt").exists()
@@ -165,12 +170,15 @@ def test_a_langgraph_graph_asks_shiftlog_through_interrupts_and_ends_on_the_chec
         fake.push_message([tool_use("toolu_2", "write_file", path="done.txt", content="no\n")],
                           stop_reason="tool_use")  # fmt: skip
         fake.push_message([text("Done.")])
-        fake.push_message([tool_use("toolu_3", "bash", command=FIX)], stop_reason="tool_use",
+        # The person edits this one to FIX: the node runs the call as edited.
+        fake.push_message([tool_use("toolu_3", "bash", command=EDITABLE)],
+                          stop_reason="tool_use",
                           usage={"input_tokens": 300, "output_tokens": 40})  # fmt: skip
         fake.push_message([text("Done now: done.txt says yes.")])
         argv = [sys.executable, str(EXAMPLES / "langgraph_graph" / "agent.py"), "--url", base,
                 "--token", agent_token, "--run", str(run_id), "--workspace", str(workspace)]  # fmt: skip
-        decided = run_agent(argv, agent_env(fake), base, boss_token, run_id, log)
+        decided = run_agent(argv, agent_env(fake), base, boss_token, run_id, log,
+                            edit={"command": FIX})  # fmt: skip
         requests = [r["body"] for r in fake.requests]
 
     output = log.read_text()
