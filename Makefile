@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 
-.PHONY: test-container test-container-if-built container-deps run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code
+.PHONY: test-container test-container-if-built container-deps run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code openai-agents
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "Creating the virtualenv $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -55,6 +55,15 @@ claude-code:
 	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) >/dev/null 2>&1 \
 	  || echo "note: Claude Code $(CLAUDE_CODE_VERSION) could not be installed with npm; tests/test_claude_code.py is skipped"; }
 
+# The OpenAI Agents SDK in a virtualenv of its own (its package is named `agents`, like
+# Shiftlog's app): tests/test_framework_adapters.py runs examples/openai_agents with it.
+OPENAI_AGENTS_VENV := var/openai-agents-venv
+openai-agents:
+	@test -x $(OPENAI_AGENTS_VENV)/bin/python && $(OPENAI_AGENTS_VENV)/bin/python -c 'import agents.run_state' 2>/dev/null || { \
+	  $(PYTHON) -m venv $(OPENAI_AGENTS_VENV) && \
+	  $(OPENAI_AGENTS_VENV)/bin/python -m pip install --quiet --progress-bar off './clients/python[openai-agents]' \
+	  || echo "note: openai-agents could not be installed; its test in tests/test_framework_adapters.py is skipped"; }
+
 # Sets up the data folder (var/), saying each step (migrations, static files, the admin's login
 # link, the demo run), then serves. Links (the one-time login, webhooks) point at the address
 # served, unless SHIFTLOG_BASE_URL says.
@@ -69,7 +78,7 @@ run: setup sandbox
 # the database with that pass), then part of the browser tests; the SQLite pass, then the rest of
 # the browser tests. A chain goes on after a failing part, so one run shows every failure; -O
 # prints each chain's report whole.
-test: setup system-deps claude-code
+test: setup system-deps claude-code openai-agents
 	@$(MAKE) --no-print-directory -j2 -O test-chain-services test-chain-sqlite
 test-chain-services: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-services || st=1; \
