@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import Workspace, describe_isolation, isolation_available, run_command
+from agents.sandbox import Workspace, describe_isolation, isolation_available, run_command, spawner
 from agents.sandbox.limits import (
     CgroupSupport,
     Limits,
@@ -69,7 +69,10 @@ def mark() -> Iterator[str]:
 
 
 def our_cgroups() -> list[Path]:
-    """Per-command cgroups of this process that still exist."""
+    """Command cgroups of this process that still exist once the idle slots are given up (their
+    fork servers stopped, their folders removed without killing anything): a folder left holds a
+    process some command left behind."""
+    spawner.POOL.drain()
     prefix = f"cmd-{os.getpid()}-"
     found = []
     for hierarchy in SUPPORT.hierarchies():
