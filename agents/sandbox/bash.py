@@ -321,7 +321,9 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _wait_for_exit(proc: subprocess.Popen | spawner.Remote, exit_fd: int | None, timeout: float) -> bool:
+def _wait_for_exit(
+    proc: subprocess.Popen | spawner.Remote, exit_fd: int | None, timeout: float
+) -> bool:
     """Wait at most `timeout` seconds for the child to exit; True if it has. With a pidfd this
     wakes the moment it exits: Popen.wait(timeout) polls, sleeping up to 50 ms between looks,
     which every command (and every check) paid on top of its own time."""

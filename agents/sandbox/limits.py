@@ -25,6 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import inotify_simple
+except ImportError:  # the waits below look every few milliseconds instead
+    inotify_simple = None  # type: ignore[assignment]
+
 MiB = 1024**2
 GiB = 1024**3
 
@@ -421,13 +426,13 @@ class CommandCgroup:
         """An inotify on the v2 folder's cgroup.events (changes when it empties), or None."""
         for hierarchy, folder in self.folders:
             if hierarchy.version == 2:
+                if inotify_simple is None:
+                    return None
                 try:
-                    import inotify_simple
-
                     watch = inotify_simple.INotify()
                     watch.add_watch(str(folder / "cgroup.events"), inotify_simple.flags.MODIFY)
                     return watch
-                except (ImportError, OSError):
+                except OSError:
                     return None
         return None
 
@@ -466,9 +471,7 @@ class CommandCgroup:
         """The limits that bit since mark(): "memory" (the OOM killer killed a process),
         "processes" (a fork was refused at the limit)."""
         return [
-            name
-            for name, count in self._counters().items()
-            if count > self.baseline.get(name, 0)
+            name for name, count in self._counters().items() if count > self.baseline.get(name, 0)
         ]
 
     def remove(self) -> None:

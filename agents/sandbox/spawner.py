@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import os
 import select
 import socket
 import subprocess
