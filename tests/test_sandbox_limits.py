@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -427,3 +428,38 @@ def test_the_bash_tool_passes_limits_on_and_reports_what_bit(ws: Workspace) -> N
     assert result.output.endswith("[exit code 153; file size limit (1 MiB) reached]")
     assert result.data["exceeded"] == ["file_size"]
     assert result.data["limits"]["file_size"] == "rlimit"
+
+
+@needs_cgroup
+def test_commands_start_inside_a_slot_kept_for_them(ws: Workspace, isolation: str) -> None:
+    """The command is forked inside cgroups made once (spawner.py), not moved into new ones per
+    command: a second command runs in the first one's cgroups (named as per-command ones, so
+    stale cleanup finds them), and between commands they hold the slot's fork server only."""
+    spawner.POOL.drain()
+
+    def folders() -> list[Path]:
+        return sorted(p for h in SUPPORT.hierarchies() for p in h.base.glob(f"cmd-{os.getpid()}-*"))
+
+    def held(folder: Path) -> set[int]:
+        return {int(pid) for pid in (folder / "cgroup.procs").read_text().split()}
+
+    assert run_command("true", workspace=ws, isolation=isolation).exit_code == 0
+    slot = folders()
+    assert slot, "the slot's cgroups were removed after the command"
+    server = set.union(*(held(f) for f in slot))
+    assert len(server) == 1 and spawner.MARK in Path(f"/proc/{min(server)}/cmdline").read_text()
+    results = []
+    second = threading.Thread(
+        target=lambda: results.append(run_command("sleep 2", workspace=ws, isolation=isolation))
+    )
+    second.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not all(held(f) - server for f in slot):  # the command's processes, inside
+            assert second.is_alive() and time.monotonic() < deadline, "not run in the slot"
+            time.sleep(0.01)
+    finally:
+        second.join(60)
+    assert results[0].exit_code == 0
+    assert folders() == slot and set.union(*(held(f) for f in slot)) == server
+    assert our_cgroups() == []  # given up: the server stopped, the folders removed
