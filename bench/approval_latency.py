@@ -12,8 +12,9 @@ the server's (as a second web process would; the server's own process deciding i
   own runs   a scripted run whose every step is a bash call the gate asks a person about
              (`rm -rf build/tmpN`). The worker parks the run (no thread, no task) while it
              waits; after --think seconds the person approves. Measured: the decision's commit
-             (its approval.decided event) -> the first event the worker writes after it (the
-             run's next step starting), and -> the approved call's tool.result.
+             (its approval.decided event) -> the first event a worker writes after it (the run
+             taken up again: to_worker), -> the approved call's tool.call (the step starting:
+             to_call), and -> its tool.result (to_result: the sandboxed command included).
   external   an external agent's risky call (POST /api/v1/runs/R/tool-calls) that asks; the
              agent long-polls GET /api/v1/tool-calls/C?wait=30 over HTTP while the person
              decides after --think seconds. Measured: the decision's commit -> the agent holding
@@ -169,7 +170,7 @@ def _own_runs(n: int, think: float) -> dict:
         ),
         created_by=person,
     )
-    to_step, to_result = [], []
+    to_worker, to_call, to_result = [], [], []
     for _ in range(n):
         approval = _pending(run.pk)
         time.sleep(think)  # the worker has parked the run meanwhile
@@ -184,17 +185,19 @@ def _own_runs(n: int, think: float) -> dict:
             after = list(
                 Event.objects.filter(run_id=run.pk, seq__gt=decided.seq)
                 .order_by("seq")
-                .values_list("kind", "created_at")
+                .values_list("kind", "actor", "created_at")
             )
-            result = [t for kind, t in after if kind == EventKind.TOOL_RESULT]
+            result = [t for kind, _, t in after if kind == EventKind.TOOL_RESULT]
             if result:
                 break
             if time.monotonic() > deadline:
                 raise SystemExit(f"run {run.pk}: the approved call did not run")
             time.sleep(0.005)
-        to_step.append((after[0][1] - decided.created_at).total_seconds() * 1000)
-        to_result.append((result[0] - decided.created_at).total_seconds() * 1000)
-    return {"to_next_step_ms": to_step, "to_result_ms": to_result}
+        worker = next(t for _, actor, t in after if actor.startswith("worker:"))
+        call = next(t for kind, _, t in after if kind == EventKind.TOOL_CALL)
+        for into, at in ((to_worker, worker), (to_call, call), (to_result, result[0])):
+            into.append((at - decided.created_at).total_seconds() * 1000)
+    return {"to_worker_ms": to_worker, "to_call_ms": to_call, "to_result_ms": to_result}
 
 
 def _external(base: str, n: int, think: float) -> dict:
