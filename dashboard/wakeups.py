@@ -49,19 +49,23 @@ LOOKBACK = 200  # PostgreSQL: ids behind the newest seen that may still commit (
 
 
 class Waker:
+    """Runs while someone waits: the thread ends once nobody has for a look or two."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._thread: threading.Thread | None = None
         self._pid: int | None = None
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # set once the thread knows where the log ends
 
     def add(self, run_id: int, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
         with self._lock:
             self._waiting.setdefault(run_id, set()).add((loop, event))
-            if self._pid != os.getpid():
+            if self._thread is None or self._pid != os.getpid():
                 self._pid = os.getpid()
                 self.ready.clear()
-                threading.Thread(target=self._run, name="wakeups", daemon=True).start()
+                self._thread = threading.Thread(target=self._run, name="wakeups", daemon=True)
+                self._thread.start()
 
     def remove(self, run_id: int, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
         with self._lock:
@@ -71,6 +75,14 @@ class Waker:
                 if not found:
                     del self._waiting[run_id]
 
+    def _idle(self) -> bool:
+        """Nobody waits: the thread ends (the next waiter starts another)."""
+        with self._lock:
+            if self._waiting:
+                return False
+            self._thread = None
+            return True
+
     def wake(self, run_ids: Iterable[int]) -> None:
         with self._lock:
             targets = [w for run_id in set(run_ids) for w in self._waiting.get(run_id, ())]
@@ -79,23 +91,37 @@ class Waker:
                 loop.call_soon_threadsafe(event.set)
 
     def _run(self) -> None:
-        while True:
-            try:
-                if settings.SHIFTLOG["LIVE_PUSH"]:
-                    asyncio.run(self._listen())
-                else:
-                    self._tail()
-            except Exception:  # a database or Redis briefly away: the waiters recheck anyway
-                log.exception("the long polls' waker failed; starting again")
-                close_old_connections()
-                time.sleep(1)
+        try:
+            while True:
+                try:
+                    if settings.SHIFTLOG["LIVE_PUSH"]:
+                        asyncio.run(self._listen())
+                    else:
+                        self._tail()
+                    return
+                except Exception:  # a database or Redis briefly away: the waiters recheck
+                    log.exception("the long polls' waker failed; starting again")
+                    with contextlib.suppress(Exception):
+                        close_old_connections()
+                    self.ready.set()  # waiters fall back to their own looks meanwhile
+                    if self._idle():
+                        return
+                    time.sleep(1)
+        finally:
+            with contextlib.suppress(Exception):
+                connection.close()
 
     async def _listen(self) -> None:
         layer, channel = await hub.join()
         self.ready.set()
-        while True:
-            message = await layer.receive(channel)
-            self.wake(row["run_id"] for row in message["rows"])
+        try:
+            while not self._idle():
+                with contextlib.suppress(TimeoutError):
+                    message = await asyncio.wait_for(layer.receive(channel), RECHECK_SECONDS)
+                    self.wake(row["run_id"] for row in message["rows"])
+        finally:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(hub.HUB_GROUP, channel)
 
     def _tail(self) -> None:
         last = Event.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
@@ -107,6 +133,10 @@ class Waker:
                 watch.read(timeout=int(RECHECK_SECONDS * 1000))
             else:
                 time.sleep(TAIL_SECONDS)
+            if self._idle():
+                if watch is not None:
+                    watch.close()
+                return
             floor = last - LOOKBACK if connection.vendor == "postgresql" else last
             rows = list(Event.objects.filter(pk__gt=floor).values_list("pk", "run_id")[:5000])
             new = [(pk, run_id) for pk, run_id in rows if pk not in seen]
@@ -139,6 +169,8 @@ async def watching(run_id: int) -> AsyncIterator[asyncio.Event]:
     event = asyncio.Event()
     waker.add(run_id, loop, event)
     try:
+        if not waker.ready.is_set():  # a new thread: what it sees starts after this read
+            await asyncio.to_thread(waker.ready.wait, 10)
         yield event
     finally:
         waker.remove(run_id, loop, event)
