@@ -31,10 +31,10 @@ def test_a_commit_in_another_process_wakes_a_long_poll(tmp_path, monkeypatch) ->
         import sys
         import django
         django.setup()
-        from agents.models import Event
-        run_id = int(sys.argv[1])
-        seq = Event.objects.filter(run_id=run_id).order_by("-seq").first().seq + 1
-        Event.objects.create(run_id=run_id, seq=seq, kind="note", actor="test", payload={})
+        from agents import eventlog
+        from dashboard import hub
+        eventlog.append(int(sys.argv[1]), "harness.message", {"text": "hi"}, actor="test")
+        hub.pusher.flush()  # with Redis: published before this process exits
         """
     )
 
