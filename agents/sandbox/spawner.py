@@ -280,10 +280,10 @@ class Pool:
         with self._lock:
             idle = self._idle.get(key)
             slot = idle.pop() if idle else None
+        if time.monotonic() - self._stale_at > STALE_EVERY_S:  # a killed worker's leftovers
+            self._stale_at = time.monotonic()
+            cleanup_stale_cgroups()
         if slot is None:
-            if time.monotonic() - self._stale_at > STALE_EVERY_S:
-                self._stale_at = time.monotonic()
-                cleanup_stale_cgroups()
             cgroup = CommandCgroup(limits, support, extra_pids=1)
             slot = Slot(key, cgroup, setup(tuple(cgroup.join_paths)))
         if not slot.alive():
