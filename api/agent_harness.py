@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
 
@@ -37,12 +36,12 @@ from api.schemas import (
     TurnOut,
     UploadOut,
 )
+from dashboard import wakeups
 
 router = Router(tags=["external agents"])
 
 
 MAX_WAIT_SECONDS = 60
-POLL_SECONDS = 0.25
 
 
 def agent(request) -> str:
@@ -123,22 +122,25 @@ def _own_calls(request):
 async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_SECONDS)):
     if len(call_id) > 100:
         raise Problem(404, f"no tool call {call_id[:100]}")
-    who = await sync_to_async(_checked_call)(request, call_id)
+    run_id, who = await sync_to_async(_checked_call_run)(request, call_id)
     who_agent = await sync_to_async(agent)(request)
     deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
-    began = None
-    while True:
-        answer = await sync_to_async(_decision)(request, call_id, who, who_agent)
-        began = began or answer["run_status"]
+    began: list[str] = []
+
+    def read():
+        return sync_to_async(_decision)(request, call_id, who, who_agent)
+
+    def done(answer: dict) -> bool:
+        began[:] = began or [answer["run_status"]]
         # Decided, or the run paused, cancelled or rewound meanwhile: the agent hears at once.
-        if (
+        return (
             answer["decision"] != "pending"
-            or answer["run_status"] != began
-            or answer.get("rewound")
-            or time.monotonic() >= deadline
-        ):
-            return answer
-        await asyncio.sleep(POLL_SECONDS)
+            or answer["run_status"] != began[0]
+            or bool(answer.get("rewound"))
+        )
+
+    # Woken by the run's next committed event (dashboard.wakeups), not by polling.
+    return await wakeups.long_poll(run_id, read, done, deadline)
 
 
 def _decision(request, call_id: str, who: str, who_agent: str) -> dict:
@@ -146,11 +148,15 @@ def _decision(request, call_id: str, who: str, who_agent: str) -> dict:
 
 
 def _checked_call(request, call_id: str) -> str:
+    return _checked_call_run(request, call_id)[1]
+
+
+def _checked_call_run(request, call_id: str) -> tuple[int, str]:
     call = ExternalCall.objects.filter(tool_use_id=call_id).values_list("run_id", flat=True).first()
     if call is None:
         raise Problem(404, f"no tool call {call_id}")
     controlled_run(request, call)
-    return actor(request)
+    return call, actor(request)
 
 
 @router.post("/tool-calls/{call_id}/result", response={201: ResultOut}, summary="What the tool did")
@@ -303,8 +309,9 @@ async def finish_verdict(
 ):
     await sync_to_async(controlled_run)(request, run_id)
     deadline = time.monotonic() + min(wait, settings.SHIFTLOG["API_MAX_WAIT_SECONDS"])
-    while True:
-        answer = await sync_to_async(external_finish.finish_verdict)(run_id, finish_id)
-        if answer["state"] == "done" or time.monotonic() >= deadline:
-            return answer
-        await asyncio.sleep(POLL_SECONDS)
+    return await wakeups.long_poll(
+        run_id,
+        lambda: sync_to_async(external_finish.finish_verdict)(run_id, finish_id),
+        lambda answer: answer["state"] == "done",
+        deadline,
+    )

@@ -24,7 +24,10 @@ smaller ones scale down with their file count). Then, interleaved (ours, then gi
 Times are medians. Everything runs warm (just-written files are in the page cache); git runs as a
 subprocess (its start-up is part of its cost) with gc.auto=0 so an automatic repack does not land
 in a sample. Shiftlog makes every checkpoint durable before it returns (two barriers: blob data,
-then names); git by default fsyncs no loose object. Every rewound workspace is checked to be the
+then names); git by default fsyncs no loose object, so git is also run with core.fsync=all
+(every object, the index and refs synced: equal durability), in a second repository, beside it.
+The snapshot store holds no database: SQLite's sync level (SHIFTLOG_SQLITE_SYNC) does not
+apply here (bench/step_overhead.py --sqlite-sync both measures it per step). Every rewound workspace is checked to be the
 first checkpoint again, by both routes, and by a scan with no cache at the end. --json ends the
 output with one JSON line of the largest size's figures (git's time over ours as
 *_speedup_vs_git*, the raw times in ms, the load average at the start and the end). Generated
@@ -87,6 +90,8 @@ WORDS = [
 TEXT_EXT = [".py", ".md", ".json", ".txt", ".ts"]
 BIN_EXT = [".bin", ".png", ".sqlite"]
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0"]
+# git at Shiftlog's durability: every object, index and ref fsynced before the command returns.
+GIT_FSYNC = ["-c", "core.fsync=all", "-c", "core.fsyncMethod=fsync"]
 
 
 def generate(root: Path, files: int, total_bytes: int, seed: int) -> list[Path]:
@@ -136,9 +141,10 @@ def run(cmd: list[str], cwd: Path) -> None:
     subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
 
 
-def git_commit(repo: Path, message: str) -> None:
-    run([*GIT, "add", "-A"], repo)
-    run([*GIT, "commit", "-q", "-m", message], repo)
+def git_commit(repo: Path, message: str, sync: bool = False) -> None:
+    extra = GIT_FSYNC if sync else []
+    run([*GIT, *extra, "add", "-A"], repo)
+    run([*GIT, *extra, "commit", "-q", "-m", message], repo)
 
 
 def change_one(path: Path, n: int) -> int:
@@ -162,6 +168,8 @@ def bench_size(files: int, total_bytes: int, repeat: int, first_repeat: int, tmp
     )
     texts = generate(ws, files, total_bytes, seed=files)
     run(["cp", "-a", str(ws), str(repo)], base)
+    synced = base / "git-fsync"  # the same, with core.fsync=all (equal durability)
+    run(["cp", "-a", str(ws), str(synced)], base)
     size = tree_bytes(ws)
     objects = repo / ".git" / "objects"
     cache = meta / "stat-cache.json"  # the runtime's: the feed's baseline
@@ -180,6 +188,7 @@ def bench_size(files: int, total_bytes: int, repeat: int, first_repeat: int, tmp
         shutil.rmtree(base / "store", ignore_errors=True)
         shutil.rmtree(meta, ignore_errors=True)
         fresh_git(repo)
+        fresh_git(synced)
         store = BlobStore(base / "store")
         snaps = Snapshots(store)
         last = k == first_repeat - 1
@@ -189,6 +198,7 @@ def bench_size(files: int, total_bytes: int, repeat: int, first_repeat: int, tmp
         result = snaps.snapshot(ws, cache_path=cache, feed=feed)
         sample("first", (time.perf_counter() - started) * 1000)
         sample("git_first", timed(lambda: git_commit(repo, "first")))
+        sample("git_fsync_first", timed(lambda: git_commit(synced, "first", sync=True)))
     first_bytes, git_first_bytes = store.size_bytes(), tree_bytes(objects)
     checkpoint = result.tree
     snaps.snapshot(ws, cache_path=cache_full)  # the no-feed cache, warm
@@ -201,6 +211,7 @@ def bench_size(files: int, total_bytes: int, repeat: int, first_repeat: int, tmp
         rel = path.relative_to(ws)
         sample("changed", change_one(path, n))
         change_one(repo / rel, n)
+        change_one(synced / rel, n)
 
         before_store, before_git = store.size_bytes(), tree_bytes(objects)
         started = time.perf_counter()
@@ -211,6 +222,7 @@ def bench_size(files: int, total_bytes: int, repeat: int, first_repeat: int, tmp
         sample("store_growth", store.size_bytes() - before_store)
         sample("git_commit", timed(lambda n=n: git_commit(repo, f"change {n}")))
         sample("git_growth", tree_bytes(objects) - before_git)
+        sample("git_fsync_commit", timed(lambda n=n: git_commit(synced, f"change {n}", sync=True)))
         sample("full_scan", timed(lambda: snaps.snapshot(ws, cache_path=cache_full)))
         # Nothing changed since: what a checkpoint after a tool call that wrote nothing costs.
         sample("unchanged", timed(lambda: snaps.snapshot(ws, cache_path=cache, feed=feed)))
@@ -286,6 +298,20 @@ def table(results: list[dict]) -> list[str]:
                 r["store_growth"],
                 r["git_growth"],
             ),
+            (
+                "first checkpoint / git with core.fsync=all",
+                r["first"],
+                r["git_fsync_first"],
+                None,
+                None,
+            ),
+            (
+                "one file changed (change feed) / git with core.fsync=all",
+                r["incremental"],
+                r["git_fsync_commit"],
+                None,
+                None,
+            ),
             ("one file changed, full scan (no feed)", r["full_scan"], r["git_commit"], None, None),
             ("nothing changed (change feed)", r["unchanged"], None, 0, None),
             ("rewind (change feed) / git checkout", r["rewind"], r["git_checkout"], 0, 0),
@@ -357,6 +383,10 @@ def main() -> None:
         "tree_bytes": big["tree_bytes"],
         "incremental_speedup_vs_git": round(big["git_commit"] / big["incremental"], 2),
         "first_speedup_vs_git": round(big["git_first"] / big["first"], 2),
+        "incremental_speedup_vs_git_fsync": round(big["git_fsync_commit"] / big["incremental"], 2),
+        "first_speedup_vs_git_fsync": round(big["git_fsync_first"] / big["first"], 2),
+        "git_fsync_commit_ms": round(big["git_fsync_commit"], 2),
+        "git_fsync_first_ms": round(big["git_fsync_first"], 1),
         "rewind_speedup_vs_git_checkout": round(big["git_checkout"] / big["rewind"], 2),
         "rewind_speedup_vs_git_reset_hard": round(big["git_reset"] / big["rewind"], 2),
         "incremental_ms": round(big["incremental"], 2),

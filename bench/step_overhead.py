@@ -50,6 +50,7 @@ import time
 import uuid
 from pathlib import Path
 
+import sandbox_calls  # bench/sandbox_calls.py, beside this script
 from benchlib import machine  # bench/benchlib.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -745,6 +746,11 @@ def parent(args: argparse.Namespace) -> int:
             dbs[0],
         )
         profile_text = prof["profile"]
+    sandbox = None
+    if args.tool == "bash" and args.sandbox_calls:
+        # bubblewrap's own cost beside the sandbox call, interleaved (bench/sandbox_calls.py).
+        sandbox = sandbox_calls.measure(calls=args.sandbox_calls, rounds=2)
+        sections += [*sandbox_calls.table(sandbox), ""]
     total = time.perf_counter() - started
     load["end"] = _load()
 
@@ -782,7 +788,12 @@ def parent(args: argparse.Namespace) -> int:
         print()
         print(profile_text)
     if args.json:
-        print(json.dumps(_summary(measured, lg, args.steps, load)))
+        summary = _summary(measured, lg, args.steps, load)
+        if args.tool == "bash":
+            single = measured.get((dbs[0], "single")) if dbs else None
+            summary["bash_step_median_ms"] = single and single["median_all_ms"]
+            summary["sandbox_calls"] = sandbox
+        print(json.dumps(summary))
     return 0
 
 
@@ -827,6 +838,12 @@ def main() -> int:
         "--profile", action="store_true", help="also profile one single-session run with cProfile"
     )
     parser.add_argument("--profile-lines", type=int, default=30)
+    parser.add_argument(
+        "--sandbox-calls",
+        type=int,
+        default=15,
+        help="with --tool bash: sandbox calls per row and round beside bubblewrap's (0: skip)",
+    )
     parser.add_argument(
         "--sqlite-sync",
         type=str.upper,

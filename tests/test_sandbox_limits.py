@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agents.sandbox import Workspace, describe_isolation, isolation_available, run_command
+from agents.sandbox import Workspace, describe_isolation, isolation_available, run_command, spawner
 from agents.sandbox.limits import (
     CgroupSupport,
     Limits,
@@ -69,7 +70,10 @@ def mark() -> Iterator[str]:
 
 
 def our_cgroups() -> list[Path]:
-    """Per-command cgroups of this process that still exist."""
+    """Command cgroups of this process that still exist once the idle slots are given up (their
+    fork servers stopped, their folders removed without killing anything): a folder left holds a
+    process some command left behind."""
+    spawner.POOL.drain()
     prefix = f"cmd-{os.getpid()}-"
     found = []
     for hierarchy in SUPPORT.hierarchies():
@@ -424,3 +428,38 @@ def test_the_bash_tool_passes_limits_on_and_reports_what_bit(ws: Workspace) -> N
     assert result.output.endswith("[exit code 153; file size limit (1 MiB) reached]")
     assert result.data["exceeded"] == ["file_size"]
     assert result.data["limits"]["file_size"] == "rlimit"
+
+
+@needs_cgroup
+def test_commands_start_inside_a_slot_kept_for_them(ws: Workspace, isolation: str) -> None:
+    """The command is forked inside cgroups made once (spawner.py), not moved into new ones per
+    command: a second command runs in the first one's cgroups (named as per-command ones, so
+    stale cleanup finds them), and between commands they hold the slot's fork server only."""
+    spawner.POOL.drain()
+
+    def folders() -> list[Path]:
+        return sorted(p for h in SUPPORT.hierarchies() for p in h.base.glob(f"cmd-{os.getpid()}-*"))
+
+    def held(folder: Path) -> set[int]:
+        return {int(pid) for pid in (folder / "cgroup.procs").read_text().split()}
+
+    assert run_command("true", workspace=ws, isolation=isolation).exit_code == 0
+    slot = folders()
+    assert slot, "the slot's cgroups were removed after the command"
+    server = set.union(*(held(f) for f in slot))
+    assert len(server) == 1 and spawner.MARK in Path(f"/proc/{min(server)}/cmdline").read_text()
+    results = []
+    second = threading.Thread(
+        target=lambda: results.append(run_command("sleep 2", workspace=ws, isolation=isolation))
+    )
+    second.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not all(held(f) - server for f in slot):  # the command's processes, inside
+            assert second.is_alive() and time.monotonic() < deadline, "not run in the slot"
+            time.sleep(0.01)
+    finally:
+        second.join(60)
+    assert results[0].exit_code == 0
+    assert folders() == slot and set.union(*(held(f) for f in slot)) == server
+    assert our_cgroups() == []  # given up: the server stopped, the folders removed

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
-from agents.sandbox import relay, view
+from agents.sandbox import relay, spawner, view
 from agents.sandbox.diskwatch import DiskWatch
 from agents.sandbox.limits import (
     DEFAULT_LIMITS,
@@ -32,7 +32,6 @@ from agents.sandbox.limits import (
     Limits,
     address_space_limit,
     cgroup_support,
-    cleanup_stale_cgroups,
     mechanisms,
 )
 from agents.sandbox.workspace import Workspace
@@ -204,14 +203,32 @@ except OSError:  # not Linux
     _libc = None
 
 
+def _rlimits(
+    limits: Limits, address_space: int | None, nproc: int | None
+) -> tuple[tuple[int, int, int], ...]:
+    """(resource, soft, hard) for every rlimit a command gets."""
+    found = [(resource.RLIMIT_CORE, 0, 0)]
+    if limits.file_size is not None:
+        found.append((resource.RLIMIT_FSIZE, limits.file_size, limits.file_size))
+    if limits.open_files is not None:
+        found.append((resource.RLIMIT_NOFILE, limits.open_files, limits.open_files))
+    if limits.cpu_seconds is not None:
+        # SIGXCPU at the soft limit, SIGKILL at the hard one for a process that ignores it.
+        found.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5))
+    if address_space is not None:
+        found.append((resource.RLIMIT_AS, address_space, address_space))
+    if nproc is not None:
+        found.append((resource.RLIMIT_NPROC, nproc, nproc))
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class _ChildSetup:
-    """What the child does between fork and exec: plain system calls only."""
+    """What the child does between fork and exec: plain system calls only. For a slot's fork
+    server (spawner.py) no rlimits: it gives each command its own."""
 
     parent: int
-    limits: Limits
-    address_space: int | None
-    nproc: int | None
+    rlimits: tuple[tuple[int, int, int], ...]
     join: tuple[str, ...]
 
     def __call__(self) -> None:
@@ -222,19 +239,8 @@ class _ChildSetup:
                 os.write(fd, b"0")
             finally:
                 os.close(fd)
-        lim = self.limits
-        _limit(resource.RLIMIT_CORE, 0)
-        if lim.file_size is not None:
-            _limit(resource.RLIMIT_FSIZE, lim.file_size)
-        if lim.open_files is not None:
-            _limit(resource.RLIMIT_NOFILE, lim.open_files)
-        if lim.cpu_seconds is not None:
-            # SIGXCPU at the soft limit, SIGKILL at the hard one for a process that ignores it.
-            _limit(resource.RLIMIT_CPU, lim.cpu_seconds, lim.cpu_seconds + 5)
-        if self.address_space is not None:
-            _limit(resource.RLIMIT_AS, self.address_space)
-        if self.nproc is not None:
-            _limit(resource.RLIMIT_NPROC, self.nproc)
+        for which, soft, hard in self.rlimits:
+            _limit(which, soft, hard)
         # Die with the worker, as bwrap's --die-with-parent does: a killed worker's command must
         # not go on changing the workspace while the next worker drives the run ...
         if _libc is not None:
@@ -315,7 +321,9 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _wait_for_exit(proc: subprocess.Popen, exit_fd: int | None, timeout: float) -> bool:
+def _wait_for_exit(
+    proc: subprocess.Popen | spawner.Remote, exit_fd: int | None, timeout: float
+) -> bool:
     """Wait at most `timeout` seconds for the child to exit; True if it has. With a pidfd this
     wakes the moment it exits: Popen.wait(timeout) polls, sleeping up to 50 ms between looks,
     which every command (and every check) paid on top of its own time."""
@@ -385,21 +393,23 @@ def run_command(
         applied["kill"] = "pid-namespace+" + applied["kill"]
     else:
         applied["network"] = "host"
-    cgroup: CommandCgroup | None = None
-    if support.hierarchies():
-        cleanup_stale_cgroups()
-        cgroup = CommandCgroup(limits, support)
-        if cgroup.problems:  # fail closed: say what is not enforced
-            applied["cgroup_problems"] = "; ".join(cgroup.problems)
-    setup = _ChildSetup(
-        parent=os.getpid(),
-        limits=limits,
-        address_space=address_space_limit(limits, support),
-        nproc=limits.processes if applied.get("processes") == "rlimit-nproc" else None,
-        join=tuple(cgroup.join_paths) if cgroup else (),
+    rlimits = _rlimits(
+        limits,
+        address_space_limit(limits, support),
+        limits.processes if applied.get("processes") == "rlimit-nproc" else None,
     )
+    # The command's cgroups: a slot kept from command to command, whose fork server starts the
+    # command inside them (spawner.py); without cgroups, a plain child.
+    slot = None
+    if support.hierarchies():
+        server_setup = functools.partial(_ChildSetup, os.getpid(), ((resource.RLIMIT_CORE, 0, 0),))
+        slot = spawner.POOL.take(limits, support, server_setup)
+    cgroup: CommandCgroup | None = slot.cgroup if slot is not None else None
+    if cgroup is not None and cgroup.problems:  # fail closed: say what is not enforced
+        applied["cgroup_problems"] = "; ".join(cgroup.problems)
     user_fds = view.user_db_fds() if isolation == "bwrap" else None
     timed_out = cancelled = False
+    emptied = False  # the command's cgroups held no process when it was over
     started = time.monotonic()
     deadline = started + timeout
 
@@ -418,22 +428,29 @@ def run_command(
                 user_fds=user_fds,
                 writable=writable,
             )
-            proc = subprocess.Popen(
-                argv,
-                cwd=workspace.path,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=setup,
-                pass_fds=user_fds or (),
-            )
+            proc: subprocess.Popen | spawner.Remote
+            if slot is not None:
+                proc = spawner.start(
+                    slot, argv, env, str(workspace.path), out.fileno(), user_fds or (), rlimits
+                )
+            else:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=workspace.path,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_ChildSetup(os.getpid(), rlimits, ()),
+                    pass_fds=user_fds or (),
+                )
             if user_fds:
                 for fd in user_fds:
                     os.close(fd)
                 user_fds = None
-            exit_fd = _pidfd(proc.pid)
+            # Woken the moment it ends: by the fork server's message, or on the child's pidfd.
+            exit_fd = proc.fileno() if isinstance(proc, spawner.Remote) else _pidfd(proc.pid)
             watch = DiskWatch(
                 workspace.path,
                 cap=limits.workspace_bytes,
@@ -455,22 +472,28 @@ def run_command(
                         break
             finally:
                 watch.close()
-                if exit_fd is not None:
+                if exit_fd is not None and not isinstance(proc, spawner.Remote):
                     os.close(exit_fd)
                 # Also on a normal exit (background children) and on any exception in
                 # should_stop or from a KeyboardInterrupt.
-                if cgroup is not None:
-                    cgroup.kill()
-                _kill_group(proc.pid)
+                spare = slot.spare if slot is not None else None
+                if cgroup is not None and cgroup.pids(spare):
+                    cgroup.kill(spare)
+                if not isinstance(proc, spawner.Remote) or proc.poll() is None:
+                    _kill_group(proc.pid)  # (a reaped command's pid may be another's by now)
                 proc.wait()
-                if cgroup is not None and not cgroup.wait_empty():
+                emptied = cgroup is None or cgroup.wait_empty(spare=spare)
+                if not emptied:
                     applied["kill"] += " (processes left after 5 s)"
             duration_ms = (time.monotonic() - started) * 1000
             output, truncated = read_capped(out, output_limit)
         exceeded = cgroup.exceeded() if cgroup is not None else []
     finally:
-        if cgroup is not None:
-            cgroup.remove()
+        if slot is not None:
+            if emptied:
+                spawner.POOL.give_back(slot)
+            else:
+                spawner.POOL.discard(slot)
         for fd in user_fds or ():
             os.close(fd)
 

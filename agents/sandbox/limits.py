@@ -25,6 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import inotify_simple
+except ImportError:  # the waits below look every few milliseconds instead
+    inotify_simple = None  # type: ignore[assignment]
+
 MiB = 1024**2
 GiB = 1024**3
 
@@ -299,8 +304,10 @@ def _procs(folder: Path) -> list[int]:
         return []
 
 
-def _signal_all(folder: Path) -> None:
+def _signal_all(folder: Path, spare: int | None = None) -> None:
     for pid in _procs(folder):
+        if pid == spare:
+            continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 
@@ -314,6 +321,10 @@ class CommandCgroup:
     support: CgroupSupport = field(default_factory=cgroup_support)
     folders: list[tuple[Hierarchy, Path]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # The event counters when the current command began: a slot's cgroups (spawner.py) are
+    # kept from one command to the next, and their counters only grow.
+    baseline: dict[str, int] = field(default_factory=dict)
+    extra_pids: int = 0  # processes in the cgroups that are not the command's (a fork server)
 
     def __post_init__(self) -> None:
         me = os.getpid()
@@ -327,6 +338,7 @@ class CommandCgroup:
                 continue
             self.folders.append((hierarchy, folder))
         self._set_limits()
+        self.mark()
 
     def _set_limits(self) -> None:
         lim = self.limits
@@ -341,7 +353,7 @@ class CommandCgroup:
                     if (folder / "memory.memsw.limit_in_bytes").exists():
                         settings += [("memory.memsw.limit_in_bytes", lim.memory_bytes)]
             if hierarchy is self.support.pids and lim.processes is not None:
-                settings += [("pids.max", lim.processes)]
+                settings += [("pids.max", lim.processes + self.extra_pids)]
             for file, value in settings:
                 try:
                     _write(folder / file, str(value))
@@ -353,37 +365,76 @@ class CommandCgroup:
     def join_paths(self) -> list[str]:
         return [str(folder / "cgroup.procs") for _, folder in self.folders]
 
-    def pids(self) -> list[int]:
+    def pids(self, spare: int | None = None) -> list[int]:
         seen: set[int] = set()
         for _, folder in self.folders:
             seen.update(_procs(folder))
+        seen.discard(spare)  # type: ignore[arg-type]
         return sorted(seen)
 
-    def kill(self) -> None:
-        """SIGKILL every process in the cgroups (see wait_empty)."""
-        for hierarchy, folder in self.folders:
-            if hierarchy.version == 2 and "kill" in hierarchy.controllers:
-                with contextlib.suppress(OSError):
-                    _write(folder / "cgroup.kill", "1")
-                    break
-        else:
+    def kill(self, spare: int | None = None) -> None:
+        """SIGKILL every process in the cgroups but `spare` (see wait_empty). With a spare, the
+        members are first simply signalled (a command's last processes, still exiting, are
+        usually all there is); if that does not empty the cgroups at once they are frozen where
+        there is a freezer and killed; without one, `cgroup.kill` ends the spare too (the
+        caller sees it gone)."""
+        if spare is not None:
+            for _, folder in self.folders:
+                _signal_all(folder, spare)
+            if self.wait_empty(0.02, spare=spare, resignal=False):
+                return
+        frozen = self._freeze() if spare is not None else None
+        if frozen is None:
+            for hierarchy, folder in self.folders:
+                if hierarchy.version == 2 and "kill" in hierarchy.controllers:
+                    with contextlib.suppress(OSError):
+                        _write(folder / "cgroup.kill", "1")
+                        return
             frozen = self._freeze()
-            for _, folder in self.folders:
-                _signal_all(folder)
-            if frozen is not None:
-                with contextlib.suppress(OSError):
-                    _write(frozen / "freezer.state", "THAWED")
+        for _, folder in self.folders:
+            _signal_all(folder, spare)
+        if frozen is not None:
+            with contextlib.suppress(OSError):
+                _write(frozen / "freezer.state", "THAWED")
 
-    def wait_empty(self, within: float = 5.0) -> bool:
-        """Wait until no process is left in the cgroups, killing late forks. True when empty."""
+    def wait_empty(
+        self, within: float = 5.0, spare: int | None = None, *, resignal: bool = True
+    ) -> bool:
+        """Wait until no process but `spare` is left in the cgroups, killing late forks. True
+        when empty. Without a spare, woken by the v2 cgroup's `cgroup.events` (inotify) where
+        there is one; else looked at after 0.2 ms, then less often (at most every 5 ms)."""
         deadline = time.monotonic() + within
-        while self.pids():
-            if time.monotonic() >= deadline:
-                return False
-            for _, folder in self.folders:
-                _signal_all(folder)  # a fork that raced the first round
-            time.sleep(0.005)
-        return True
+        events = self._events_watch() if spare is None else None
+        try:
+            pause = 0.0002
+            while self.pids(spare):
+                if time.monotonic() >= deadline:
+                    return False
+                for _, folder in self.folders if resignal else ():
+                    _signal_all(folder, spare)  # a fork that raced the first round
+                if events is not None:
+                    events.read(timeout=max(1, int(pause * 1000)))
+                else:
+                    time.sleep(pause)
+                pause = min(pause * 2, 0.005)
+            return True
+        finally:
+            if events is not None:
+                events.close()
+
+    def _events_watch(self):
+        """An inotify on the v2 folder's cgroup.events (changes when it empties), or None."""
+        for hierarchy, folder in self.folders:
+            if hierarchy.version == 2:
+                if inotify_simple is None:
+                    return None
+                try:
+                    watch = inotify_simple.INotify()
+                    watch.add_watch(str(folder / "cgroup.events"), inotify_simple.flags.MODIFY)
+                    return watch
+                except OSError:
+                    return None
+        return None
 
     def _freeze(self) -> Path | None:
         """Freeze the v1 freezer cgroup so no member can fork while we kill them."""
@@ -402,18 +453,26 @@ class CommandCgroup:
                 return folder
         return None
 
-    def exceeded(self) -> list[str]:
-        """The limits that bit: "memory" (the OOM killer killed a process), "processes" (a fork
-        was refused at the limit)."""
-        found = []
+    def _counters(self) -> dict[str, int]:
+        found = {}
         for hierarchy, folder in self.folders:
             if hierarchy is self.support.memory:
                 file = "memory.events" if hierarchy.version == 2 else "memory.oom_control"
-                if _counter(folder / file, "oom_kill") > 0:
-                    found.append("memory")
-            if hierarchy is self.support.pids and _counter(folder / "pids.events", "max") > 0:
-                found.append("processes")
+                found["memory"] = _counter(folder / file, "oom_kill")
+            if hierarchy is self.support.pids:
+                found["processes"] = _counter(folder / "pids.events", "max")
         return found
+
+    def mark(self) -> None:
+        """A command begins: what bits from now on is its own."""
+        self.baseline = self._counters()
+
+    def exceeded(self) -> list[str]:
+        """The limits that bit since mark(): "memory" (the OOM killer killed a process),
+        "processes" (a fork was refused at the limit)."""
+        return [
+            name for name, count in self._counters().items() if count > self.baseline.get(name, 0)
+        ]
 
     def remove(self) -> None:
         for _, folder in self.folders:
