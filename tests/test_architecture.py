@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.no_services
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agents", "dashboard", "api")
+PACKAGES = ("agents", "dashboard", "api", "shiftlog")
 MAX_MODULE_LINES = 700
 MAX_CLASS_LINES = 350
 

@@ -19,7 +19,7 @@ from django.test import Client
 from agents import eventlog, services
 from agents.models import Event
 from dashboard import fanout, hub, live, stream, tail
-from dashboard.routing import websocket_urlpatterns
+from shiftlog.routing import websocket_urlpatterns
 from tests.helpers import drive_until_idle, make_run
 from tests.procs import Procs
 
@@ -86,7 +86,7 @@ def test_an_anonymous_socket_is_refused():
 
 
 def test_the_real_stack_checks_the_session_and_the_origin(owner):
-    from dashboard.asgi import application
+    from shiftlog.asgi import application
 
     client = Client()
     client.force_login(owner)

@@ -197,7 +197,7 @@ def test_two_daphne_processes_each_render_once_per_permission_set(owner, viewer,
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
         procs.spawn(
             f"daphne-{i}",
-            [*argv, "dashboard.asgi:application"],
+            [*argv, "shiftlog.asgi:application"],
             procs.env(SHIFTLOG_METRICS_TOKEN=token, SHIFTLOG_LOG_LEVEL="WARNING"),
         )
 

@@ -422,7 +422,7 @@ def test_export_trace_fails_when_the_collector_does_not_take_the_trace(monkeypat
 def test_a_collector_url_that_is_not_http_stops_start_up(tmp_path):
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
         "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
     }

@@ -178,7 +178,7 @@ def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_pat
         "127.0.0.1",
         "-p",
         str(port),
-        "dashboard.asgi:application",
+        "shiftlog.asgi:application",
     ]
     try:
         web = procs.spawn("daphne", daphne, env)

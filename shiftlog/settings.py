@@ -18,13 +18,13 @@ from pathlib import Path
 from csp import constants as csp
 from django.core.exceptions import ImproperlyConfigured
 
-from dashboard.extras import require
+from shiftlog.extras import require
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # A checkout has manage.py beside the apps; an installed package (`pip install shiftlog`) has its
 # templates and static files inside the `dashboard` package (setup.py copies them there).
 CHECKOUT = (BASE_DIR / "manage.py").exists()
-ASSETS_DIR = BASE_DIR if CHECKOUT else Path(__file__).resolve().parent / "assets"
+ASSETS_DIR = BASE_DIR if CHECKOUT else BASE_DIR / "dashboard" / "assets"
 # How pages and set-up name a management command to the person running this copy.
 MANAGE_COMMAND = ".venv/bin/python manage.py" if CHECKOUT else "shiftlog manage"
 
@@ -202,8 +202,8 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 ROOT_URLCONF = "dashboard.urls"
-ASGI_APPLICATION = "dashboard.asgi.application"
-WSGI_APPLICATION = "dashboard.wsgi.application"
+ASGI_APPLICATION = "shiftlog.asgi.application"
+WSGI_APPLICATION = "shiftlog.wsgi.application"
 
 TEMPLATES = [
     {

@@ -4,14 +4,14 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shiftlog.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from dashboard.origins import SameOriginValidator  # noqa: E402
-from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from shiftlog.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def manage(argv: list[str]) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shiftlog.settings")
     from django.core.management import execute_from_command_line  # noqa: PLC0415 (after the env)
 
     execute_from_command_line(["shiftlog manage", *argv])
