@@ -201,7 +201,7 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: an acco
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
-ROOT_URLCONF = "dashboard.urls"
+ROOT_URLCONF = "shiftlog.urls"
 ASGI_APPLICATION = "shiftlog.asgi.application"
 WSGI_APPLICATION = "shiftlog.wsgi.application"
 
