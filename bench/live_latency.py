@@ -266,7 +266,7 @@ def _start_daphne(children: Children, app: str) -> tuple[int, subprocess.Popen]:
 
 
 def _live_stats(port: int) -> dict[str, float]:
-    """daphne's fan-out counters so far (dashboard.fanout.viewers.stats, through /metrics)."""
+    """daphne's fan-out counters so far (dashboard.live.fanout.viewers.stats, through /metrics)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})

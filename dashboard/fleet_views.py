@@ -3,7 +3,7 @@ when a fleet event is pushed): the tree as this user may see it, with the meters
 spend moves with the children.
 
 Why a poll and not the socket: the socket's renders are shared by every viewer with the same
-rights (dashboard.live's cache), and which children show depends on who looks; a child's events
+rights (dashboard.live.feed's cache), and which children show depends on who looks; a child's events
 also go to the child's own group, not the parent's. A request every few seconds while something
 in the fleet is live, a bounded handful of queries each (dashboard.fleet), stops by itself when
 the fleet is over.

@@ -3,9 +3,9 @@ from __future__ import annotations
 from django.urls import path
 
 from dashboard import urls  # noqa: F401 (registers the `id` path converter)
-from dashboard.consumers import LiveConsumer
+from dashboard.live.consumers import LiveConsumer
 
-# One socket per page (see dashboard.consumers); asgi.py wraps these in
+# One socket per page (see dashboard.live.consumers); asgi.py wraps these in
 # SameOriginValidator(AuthMiddlewareStack(...)).
 websocket_urlpatterns = [
     path("ws/live/", LiveConsumer.as_asgi(), {"mode": "page"}),

@@ -301,7 +301,7 @@ if REDIS_URL:
         "immediate": HUEY_IMMEDIATE,
     }
     CHANNEL_LAYERS = {
-        # Each web process's own sockets: the hub listener fans out to them (dashboard.live).
+        # Each web process's own sockets: the hub listener fans out to them (dashboard.live.feed).
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer"},
         # Between processes: committed events, published once per commit to every web process.
         "hub": {
@@ -553,7 +553,7 @@ SHIFTLOG = {
     # one, they are for logged-in staff only.
     "METRICS_TOKEN": env_str("SHIFTLOG_METRICS_TOKEN"),
     # Live pages: with a channel layer shared by every process (Redis), the process that commits
-    # events publishes them; without one, each web process tails the event log (dashboard.live).
+    # events publishes them; without one, each web process tails the event log (dashboard.live.feed).
     "LIVE_PUSH": bool(REDIS_URL),
     # Per-session defaults; each run may set its own.
     "MAX_TURNS_PER_SESSION": int(env_number("SHIFTLOG_MAX_TURNS_PER_SESSION", 40)),

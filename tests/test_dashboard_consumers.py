@@ -18,7 +18,9 @@ from django.test import Client
 
 from agents import eventlog, services
 from agents.models import Event
-from dashboard import fanout, hub, live, stream, tail
+from dashboard import stream
+from dashboard.live import fanout, hub, tail
+from dashboard.live import feed as live
 from shiftlog.routing import websocket_urlpatterns
 from tests.helpers import drive_until_idle, make_run
 from tests.procs import Procs
@@ -395,7 +397,7 @@ def test_a_runs_list_push_reads_its_rows_in_one_query_however_many_change(owner)
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.consumers import LiveConsumer
+    from dashboard.live.consumers import LiveConsumer
 
     consumer = LiveConsumer()
     consumer.user, consumer.mode, consumer.query = owner, "list", {}

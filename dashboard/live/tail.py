@@ -20,7 +20,7 @@ from django.db.models import Max
 
 from agents.models import Event
 from dashboard import stream
-from dashboard.fanout import let_sockets_catch_up, publish
+from dashboard.live.fanout import let_sockets_catch_up, publish
 
 log = logging.getLogger("dashboard.live")
 

@@ -3,7 +3,7 @@
 The process that commits events (a worker, or a web process recording a person's action)
 publishes them right after the commit (`push_committed`, connected in dashboard.apps) to the
 `hub` channel layer (channels-redis), once, to one group that each web process's listener has
-joined; the listener fans them out to its own sockets (dashboard.fanout), as
+joined; the listener fans them out to its own sockets (dashboard.live.fanout), as
 the tail does. So a commit costs Redis one message per web process, not one per socket, and
 several web processes cost the database nothing.
 """
@@ -24,7 +24,7 @@ from channels.layers import get_channel_layer
 
 from agents.models import Event, Run
 from dashboard import stream
-from dashboard.fanout import let_sockets_catch_up, publish, resync
+from dashboard.live.fanout import let_sockets_catch_up, publish, resync
 
 log = logging.getLogger("dashboard.live")
 

@@ -1,7 +1,7 @@
 """Live updates: each web process has one feed of committed events, which it fans out to its
-own sockets (dashboard.fanout). In the embedded mode the feed tails the event log
-(dashboard.tail); with Redis it listens to what the committing processes publish
-(dashboard.hub). Either way, one feed per process, not one per socket.
+own sockets (dashboard.live.fanout). In the embedded mode the feed tails the event log
+(dashboard.live.tail); with Redis it listens to what the committing processes publish
+(dashboard.live.hub). Either way, one feed per process, not one per socket.
 
 Consumers never trust the feed alone: every event carries its seq, and a consumer that sees a gap
 (a dropped message, a slow socket) reads the missing events from the database. So the feed may be
@@ -17,8 +17,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from dashboard import hub
-from dashboard.tail import Tail
+from dashboard.live import hub
+from dashboard.live.tail import Tail
 
 
 class Feed:

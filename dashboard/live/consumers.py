@@ -17,8 +17,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from agents.models import Approval, Event, Run, RunStatus
-from dashboard import access, cards, fanout, inbox, live, panels, stream
-from dashboard.frames import frames
+from dashboard import access, cards, inbox, panels, stream
+from dashboard.live import fanout
+from dashboard.live import feed as live
+from dashboard.live.frames import frames
 
 CATCH_UP_CHUNK = 500
 
@@ -29,8 +31,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
     rights: access.Rights | None = None
     last_seq = 0
     sees_all = False
-    busy = 0  # > 0: connecting or catching up (dashboard.fanout sends nothing straight)
-    queued_upto = 0  # the last seq dashboard.fanout put on this socket's channel
+    busy = 0  # > 0: connecting or catching up (dashboard.live.fanout sends nothing straight)
+    queued_upto = 0  # the last seq dashboard.live.fanout put on this socket's channel
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels' own, without its aclose_old_connections() before every message: that is
@@ -86,7 +88,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     # --- a run's events ----------------------------------------------------------------------
     async def run_events(self, message: dict[str, Any]) -> None:
-        """A batch the fan-out could not send straight away (dashboard.fanout): this socket was
+        """A batch the fan-out could not send straight away (dashboard.live.fanout): this socket was
         catching up, had a batch queued before this one, or missed one."""
         events = [e for e in message["events"] if e["seq"] > self.last_seq]
         if not events:
@@ -113,7 +115,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         )
 
     async def live_resync(self, message: dict[str, Any]) -> None:
-        """The process's feed missed events (dashboard.fanout.resync): read them from the
+        """The process's feed missed events (dashboard.live.fanout.resync): read them from the
         database as after a reconnect, the side panels and the lists included."""
         if self.mode == "run":
             await self._catch_up(always_side=True)
@@ -183,7 +185,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def _render_runs(self, runs: list[dict[str, Any]]) -> list[str]:
         """The messages for changed runs: the header's count, and the list's rows or the
-        inbox's cards (dashboard/frames.py keeps rows apart from the count)."""
+        inbox's cards (dashboard/live/frames.py keeps rows apart from the count)."""
         parts = []
         approvals = [a for r in runs for a in r["approvals"]]
         if approvals:

@@ -40,7 +40,7 @@ APPROVAL_KINDS = frozenset({"approval.requested", "approval.decided"})
 
 
 class Socket(Protocol):
-    """What the fan-out needs of a consumer (dashboard.consumers.LiveConsumer)."""
+    """What the fan-out needs of a consumer (dashboard.live.consumers.LiveConsumer)."""
 
     mode: str  # page | list | approvals | run
     channel_name: str
