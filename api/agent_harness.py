@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from ninja import Query, Router, Status
 
+from agents import access
 from agents.models import ExternalCall
 from agents.providers.base import Usage
 from agents.runtime import external, external_finish
@@ -36,7 +37,6 @@ from api.schemas import (
     TurnOut,
     UploadOut,
 )
-from dashboard import access
 
 router = Router(tags=["external agents"])
 

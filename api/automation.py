@@ -11,14 +11,13 @@ from django.http import HttpResponse
 from ninja import Router, Schema, Status
 from pydantic import ConfigDict, Field
 
-from agents import schedules, services, triggers
+from agents import access, schedules, services, triggers
 from agents.schedule_models import Schedule, Trigger
 from api import out
 from api.auth import need
 from api.common import actor, controlled_run
 from api.errors import Problem
 from api.schemas import PathId, RunOut
-from dashboard import access
 from dashboard.hooks import url_for
 
 router = Router(tags=["schedules and triggers"])

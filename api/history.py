@@ -14,7 +14,7 @@ from django.http import Http404, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import blobstore, checkpoints, export
+from agents import access, blobstore, checkpoints, export, streaming
 from agents.lifecycle import TERMINAL
 from agents.models import Artifact, Checkpoint, Event, Run
 from api import out
@@ -32,7 +32,7 @@ from api.schemas import (
     EventPage,
     PathId,
 )
-from dashboard import access, checkpoint_views, streaming
+from dashboard import checkpoint_views
 
 router = Router(tags=["history"])
 

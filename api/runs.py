@@ -8,7 +8,7 @@ from django.db.models import Q
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import checkpoints, pages, services
+from agents import access, checkpoints, pages, services
 from agents.inputs import MAX_BIG_INT, InputError
 from agents.models import Checkpoint, Run, RunStatus
 from agents.runspec import RunSpec
@@ -29,7 +29,6 @@ from api.schemas import (
     RunPage,
     Seq,
 )
-from dashboard import access
 
 router = Router(tags=["runs"])
 

@@ -4,7 +4,7 @@ and the live workspace. The work is agents.checkpoints'; these views only ask an
 worker: the request returns at once).
 
 GETs never change anything: the confirm panels render `plan_rewind`, a read. The actions are
-POSTs with CSRF and need the control right (dashboard.access); viewers get 403, outsiders 404.
+POSTs with CSRF and need the control right (agents.access); viewers get 403, outsiders 404.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import checkpoints, inputs, services
+from agents import access, checkpoints, inputs, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.snapshots import display
-from dashboard import access, markup, panels
+from dashboard import markup, panels
 
 ACTIONS = ("rewind", "fork")
 FILES_SHOWN = 50

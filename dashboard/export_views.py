@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
 
-from agents import export
+from agents import access, export, streaming
 from agents.models import Checkpoint
-from dashboard import access, checkpoint_views, streaming
+from dashboard import checkpoint_views
 
 
 @login_required

@@ -12,9 +12,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from agents import inputs
+from agents import access, inputs
 from agents.models import Event, EventKind, Run, Session
-from dashboard import access, stream
+from dashboard import stream
 
 PAGE = 100
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from django.db import models
 from django.db.models import Q
 
-from agents import fleets
+from agents import access, fleets
 from agents.models import Event, Run
-from dashboard import access
 
 # Two levels show: children and grandchildren (a grandchild with children of its own says "N more
 # below" and shows them on its page).

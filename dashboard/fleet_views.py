@@ -16,7 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from dashboard import access, fleet, panels
+from agents import access
+from dashboard import fleet, panels
 
 
 def context(user, run, rollup=None) -> dict:

@@ -1,5 +1,5 @@
 """The Schedules and Triggers pages, "Schedule this run…", and cancelling a run's wake-up.
-Thin, as the other views: access in dashboard.access, the work in agents.schedules,
+Thin, as the other views: access in agents.access, the work in agents.schedules,
 agents.triggers and agents.services."""
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents import inputs, schedules, services, triggers
+from agents import access, inputs, schedules, services, triggers
 from agents.models import Run, ScheduleEvent
-from dashboard import access
 from dashboard.hooks import url_for
 from dashboard.schedule_forms import ScheduleForm, TriggerForm
 

@@ -10,11 +10,10 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents import approvals, checkpoints, lifecycle, reaper, services
+from agents import access, approvals, checkpoints, lifecycle, reaper, services
 from agents.models import Approval, Checkpoint, Event, Run, RunStatus
 from agents.overview import compute
 from api.models import ApiToken
-from dashboard import access
 from tests.helpers import (
     call,
     client_for,

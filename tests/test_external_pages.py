@@ -15,10 +15,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agents import overview, services
+from agents.access import Rights
 from agents.models import Approval, Run, RunStatus
 from agents.runspec import RunSpec
 from dashboard import panels
-from dashboard.access import Rights
 from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
+from agents import access
 from agents.models import Approval, Event, Run, RunStatus
-from dashboard import access, cards, inbox, panels, stream
+from dashboard import cards, inbox, panels, stream
 from dashboard.live import fanout
 from dashboard.live import feed as live
 from dashboard.live.frames import frames
