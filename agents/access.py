@@ -14,8 +14,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from agents import approvals
-from agents.models import Approval, Run, Schedule, Trigger
+from agents import approvals, inputs
+from agents.models import Approval, Checkpoint, Run, Schedule, Trigger
 
 
 def sees_all(user) -> bool:
@@ -100,3 +100,20 @@ class Rights:
     @classmethod
     def of(cls, user, run: Run) -> Rights:
         return cls(control=can_control(user, run), decide=can_decide(user))
+
+
+def sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
+    """Checkpoints a and b (by their numbers in the run; b None for `live`, the default), in
+    one query."""
+    try:
+        a_id = inputs.object_id(a or "", what="a")
+        b_id = None if b in (None, "", "live") else inputs.object_id(b, what="b")
+    except inputs.InputError:
+        raise Http404("?a=CHECKPOINT&b=CHECKPOINT|live") from None
+    wanted = [a_id] + ([b_id] if b_id else [])
+    found = {c.number: c for c in Checkpoint.objects.filter(run=run, number__in=wanted)}
+    if a_id not in found or (b_id is not None and b_id not in found):
+        raise Http404("no such checkpoint in this run")
+    for c in found.values():
+        c.run = run  # the live side reads the workspace path from it: no extra query
+    return found[a_id], found.get(b_id) if b_id is not None else None

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 
 from agents import inputs, schedules, services
@@ -195,3 +197,8 @@ def deliver(trigger: Trigger, body: bytes, headers) -> Delivered:
     except services.RunError as e:
         return Delivered(422, f"no run was made: {e}")
     return Delivered(201, f"run {run.pk} created", run)
+
+
+def url_for(request: HttpRequest, token: str) -> str:
+    """The trigger's webhook address, as the person creating it is shown it once."""
+    return request.build_absolute_uri(reverse("hook", args=[token]))

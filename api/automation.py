@@ -13,12 +13,12 @@ from pydantic import ConfigDict, Field
 
 from agents import access, schedules, services, triggers
 from agents.schedule_models import Schedule, Trigger
+from agents.triggers import url_for
 from api import out
 from api.auth import need
 from api.common import actor, controlled_run
 from api.errors import Problem
 from api.schemas import PathId, RunOut
-from dashboard.hooks import url_for
 
 router = Router(tags=["schedules and triggers"])
 

@@ -130,23 +130,6 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 # --- diff ------------------------------------------------------------------------------------
-def sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
-    """Checkpoints a and b (by their numbers in the run; b None for `live`, the default), in
-    one query."""
-    try:
-        a_id = inputs.object_id(a or "", what="a")
-        b_id = None if b in (None, "", "live") else inputs.object_id(b, what="b")
-    except inputs.InputError:
-        raise Http404("?a=CHECKPOINT&b=CHECKPOINT|live") from None
-    wanted = [a_id] + ([b_id] if b_id else [])
-    found = {c.number: c for c in Checkpoint.objects.filter(run=run, number__in=wanted)}
-    if a_id not in found or (b_id is not None and b_id not in found):
-        raise Http404("no such checkpoint in this run")
-    for c in found.values():
-        c.run = run  # the live side reads the workspace path from it: no extra query
-    return found[a_id], found.get(b_id) if b_id is not None else None
-
-
 def change_view(c) -> dict:
     lines = markup.diff_lines(c.diff) if c.diff else []
     return {
@@ -181,7 +164,7 @@ def diff_context(changes) -> dict:
 def checkpoint_diff(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live (b defaults to live): what changed from a to b."""
     run = access.get_run_for_user(request.user, run_id)
-    a, b = sides(run, request.GET.get("a"), request.GET.get("b"))
+    a, b = access.sides(run, request.GET.get("a"), request.GET.get("b"))
     return render(
         request,
         "runs/diff.html",

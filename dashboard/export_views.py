@@ -16,7 +16,6 @@ from django.views.decorators.http import require_GET
 
 from agents import access, export, streaming
 from agents.models import Checkpoint
-from dashboard import checkpoint_views
 
 
 @login_required
@@ -39,7 +38,7 @@ def checkpoint_export(request: HttpRequest, run_id: int, number: int) -> HttpRes
 def checkpoint_patch(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live, read as the diff page reads them."""
     run = access.get_run_for_user(request.user, run_id)
-    a, b = checkpoint_views.sides(run, request.GET.get("a"), request.GET.get("b"))
+    a, b = access.sides(run, request.GET.get("a"), request.GET.get("b"))
     try:
         chunks = export.patch_chunks(a, b)
     except export.ExportError as e:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.cache import caches
 from django.http import HttpRequest, JsonResponse
-from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -62,7 +61,3 @@ def hook(request: HttpRequest, token: str) -> JsonResponse:
     if done.run is not None:
         extra = {"run": done.run.pk, "url": request.build_absolute_uri(done.run.get_absolute_url())}
     return answer(done.status, done.message, **extra)
-
-
-def url_for(request: HttpRequest, token: str) -> str:
-    return request.build_absolute_uri(reverse("hook", args=[token]))

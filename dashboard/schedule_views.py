@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from agents import access, inputs, schedules, services, triggers
 from agents.models import Run, ScheduleEvent
-from dashboard.hooks import url_for
+from agents.triggers import url_for
 from dashboard.schedule_forms import ScheduleForm, TriggerForm
 
 RECENT_TICKS = 5

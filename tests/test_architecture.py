@@ -138,6 +138,44 @@ def test_the_domain_never_imports_the_dashboard():
     assert {m: ts for m, ts in wrong.items() if m.startswith("agents") and ts} == {}
 
 
+def under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def crossings(
+    edges: dict[str, set[str]], importers: tuple[str, ...], imported: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """(a, b) for every import by a module under `importers` of a module under `imported`."""
+    return sorted(
+        (m, t)
+        for m, ts in edges.items()
+        if under(m, importers)
+        for t in ts
+        if under(t, imported) and not under(t, importers)
+    )
+
+
+def test_the_crossing_finder_finds_a_crossing():  # a positive control for the tests below
+    edges = {"api.x": {"dashboard.y", "agents.z"}, "dashboard.y": {"agents.z"}, "agents.z": set()}
+    assert crossings(edges, ("api",), ("dashboard",)) == [("api.x", "dashboard.y")]
+    assert crossings(edges, ("dashboard",), ("api",)) == []
+    assert not under("dashboards.y", ("dashboard",))
+
+
+def test_the_api_never_imports_the_dashboard():
+    # What both need (who sees what, streamed downloads) lives below both, in agents/.
+    assert crossings(graph(), ("api",), ("dashboard",)) == []
+
+
+def test_the_apps_meet_only_in_the_project_shell():
+    # The dashboard's urls name no API view: shiftlog/urls.py puts the two side by side, and
+    # nothing of the apps imports the project shell (settings are read through django.conf).
+    edges = graph()
+    assert crossings(edges, ("dashboard",), ("api",)) == []
+    assert crossings(edges, ("agents", "api", "dashboard"), ("shiftlog",)) == []
+    assert "api.main" in edges["shiftlog.urls"]
+
+
 def test_no_module_or_class_is_too_big():
     too_big = []
     for name, path in modules().items():
