@@ -25,7 +25,6 @@ from agents import (
     approvals,
     done_conditions,
     eventlog,
-    fleets,
     inputs,
     jobs,
     lifecycle,
@@ -33,6 +32,7 @@ from agents import (
     services,
     workspaces,
 )
+from agents.fleets import tree as fleets
 from agents.jobs import enqueue
 from agents.models import (
     LIVE_STATUSES,

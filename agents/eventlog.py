@@ -442,7 +442,7 @@ def describe(kind: str, payload: dict[str, Any]) -> str:
 
 
 def describe_fleet(kind: str, p: dict[str, Any]) -> str:
-    """A fleet event in one line (agents/runtime/fleet.py, agents/lifecycle.py)."""
+    """A fleet event in one line (agents/fleets/parent.py, agents/lifecycle.py)."""
     if kind == "fleet.spawned":
         ids = ", ".join(str(c.get("run_id")) for c in p.get("children") or [])
         return f"spawned child runs {ids} (wait {p.get('wait', 'all')})"

@@ -11,7 +11,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import approval_endings, eventlog, fleets, jobs, notifications
+from agents import approval_endings, eventlog, jobs, notifications
+from agents.fleets import tree as fleets
 from agents.models import EventKind, PauseCause, Run, RunStatus
 
 S = RunStatus

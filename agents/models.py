@@ -27,7 +27,7 @@ class RunStatus(models.TextChoices):
     AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
     PAUSED = "paused"
     VERIFYING = "verifying"
-    # A fleet's parent, holding no worker and no lease until its children end (agents/fleets.py).
+    # A fleet's parent, holding no worker and no lease until its children end (agents/fleets/tree.py).
     WAITING_FOR_CHILDREN = "waiting_for_children", "waiting for children"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -213,7 +213,7 @@ class Run(models.Model):
     # the run shows as stalled (None: the SHIFTLOG_EXTERNAL_HEARTBEAT_SECONDS default).
     last_contact_at = models.DateTimeField(null=True, blank=True)
     heartbeat_seconds = models.PositiveIntegerField(null=True, blank=True)
-    # Made by a schedule's tick or a trigger's delivery (agents/schedules.py, agents/triggers.py).
+    # Made by a schedule's tick or a trigger's delivery (agents/schedules/cron.py, agents/schedules/triggers.py).
     schedule = models.ForeignKey(
         "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
@@ -418,7 +418,7 @@ class EventKind(models.TextChoices):
     MEMORY_SAVED = "memory.saved"
     MEMORY_CHANGED = "memory.changed"
     MEMORY_DELETED = "memory.deleted"
-    # Fleets (agents/fleet_spawn.py, agents/runtime/fleet.py).
+    # Fleets (agents/fleets/spawn.py, agents/fleets/parent.py).
     FLEET_SPAWNED = "fleet.spawned"
     FLEET_CHILD_ENDED = "fleet.child_ended"
     FLEET_WOKE = "fleet.woke"
@@ -640,9 +640,9 @@ from agents.external_models import (  # noqa: E402, F401
     ExternalCallDecision,
     ExternalDriver,
 )
-from agents.fleet_models import FleetChild  # noqa: E402, F401
+from agents.fleets.models import FleetChild  # noqa: E402, F401
 from agents.memory_models import ProjectMemory  # noqa: E402, F401
-from agents.schedule_models import (  # noqa: E402, F401
+from agents.schedules.models import (  # noqa: E402, F401
     Overlap,
     Schedule,
     ScheduleEvent,

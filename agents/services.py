@@ -321,7 +321,7 @@ def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Ru
 
 
 def wake_at(run_id: int, when: datetime, *, actor: str, now: datetime | None = None) -> Run:
-    """Have a paused run resume at `when` (the scheduler's pass does it: agents/schedules.py)."""
+    """Have a paused run resume at `when` (the scheduler's pass does it: agents/schedules/cron.py)."""
     run = _get(run_id)
     if run.status != RunStatus.PAUSED:
         raise RunError(f"run {run_id} is {run.status}; only a paused run can be woken later")

@@ -12,9 +12,10 @@ from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from agents import checkpoints, jobs, notifications, reaper, schedules, telemetry
+from agents import checkpoints, jobs, notifications, reaper, telemetry
 from agents.runtime.external_finish import run_finish
 from agents.runtime.loop import drive
+from agents.schedules import cron as schedules
 
 # A requested rewind tries again this often while the run's worker finishes its step.
 REWIND_RETRY_SECONDS = 0.25

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from agents import eventlog, fleets
+from agents import eventlog
+from agents.fleets import tree as fleets
 from agents.models import Approval, Artifact, Checkpoint, Event, EventKind, Run
 
 

@@ -10,7 +10,8 @@ from agents import access, memory, pages
 from agents.branches import in_ranges
 from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session
 from agents.money import usd
-from dashboard import cards, fleet, stream
+from dashboard import cards, stream
+from dashboard.fleets import tree as fleet
 
 PANELS = ("run-header", "meters", "sessions", "memory", "checkpoints", "artifacts")
 # Inside the header: the status, the provider and an external agent's last contact. Sent alone

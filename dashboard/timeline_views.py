@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET
 
 from agents import access, inputs
 from agents.models import Event, Run
-from dashboard import panels, stream, timeline, timeline_fleet, timeline_index
+from dashboard import panels, stream, timeline, timeline_index
+from dashboard.fleets import timeline as timeline_fleet
 from dashboard.forms import PolicyForm
 
 AROUND = 25  # events shown either side of the one a timeline bar leads to

@@ -7,16 +7,16 @@ from dashboard import (
     checkpoint_views,
     export_views,
     find_views,
-    fleet_views,
     health,
-    hooks,
     memory_views,
     overview_views,
     panel_views,
-    schedule_views,
     timeline_views,
     views,
 )
+from dashboard.fleets import views as fleet_views
+from dashboard.schedules import hooks
+from dashboard.schedules import views as schedule_views
 
 
 class IdConverter:

@@ -34,7 +34,9 @@ from agents.models import (
     RunStatus,
 )
 from agents.providers.scripted import builtin_script
-from dashboard import cards, fleet, fleet_views, inbox, markup, panels, stream
+from dashboard import cards, inbox, markup, panels, stream
+from dashboard.fleets import tree as fleet
+from dashboard.fleets import views as fleet_views
 from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet, RunFilterForm
 from dashboard.redirects import safe_next
 

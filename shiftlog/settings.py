@@ -576,7 +576,7 @@ SHIFTLOG = {
     # An OpenTelemetry collector (OTLP over HTTP): each run that ends is sent to it as a trace
     # (agents/telemetry.py). Empty: nothing is exported.
     "OTEL_ENDPOINT": _otel_endpoint(),
-    # Fleets (agents/fleet_spawn.py): how deep runs may spawn runs (a root is depth 0), and how
+    # Fleets (agents/fleets/spawn.py): how deep runs may spawn runs (a root is depth 0), and how
     # many children one spawn_runs call may start. Beyond them the tool answers with an error.
     "FLEET_MAX_DEPTH": int(env_number("SHIFTLOG_FLEET_MAX_DEPTH", 2)),
     "FLEET_MAX_CHILDREN": int(env_number("SHIFTLOG_FLEET_MAX_CHILDREN", 8)),

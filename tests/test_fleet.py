@@ -11,8 +11,10 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 
-from agents import approvals, checkpoints, fleet_spawn, fleets, reaper, services
-from agents.fleet_demo import create_fleet_demo_run
+from agents import approvals, checkpoints, reaper, services
+from agents.fleets import spawn as fleet_spawn
+from agents.fleets import tree as fleets
+from agents.fleets.demo import create_fleet_demo_run
 from agents.management.commands.rewind_run import describe_discarded
 from agents.models import Approval, Checkpoint, Event, FleetChild, Run, RunStatus
 from agents.runtime.loop import drive

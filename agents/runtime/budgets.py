@@ -8,8 +8,9 @@ import time
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from agents import fleets, isolation
+from agents import isolation
 from agents.eventlog import NewEvent
+from agents.fleets import tree as fleets
 from agents.isolation import MIB
 from agents.models import EventKind, PauseCause, Run, RunStatus
 from agents.runtime.slice import Slice, SliceOver, SliceResult

@@ -22,11 +22,11 @@ from django.conf import settings
 
 from agents import checkpoints, dbconn, memory, sandbox
 from agents.eventlog import NewEvent
+from agents.fleets.parent import Fleet
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime import ledger
 from agents.runtime.conversation import INTERRUPTED
 from agents.runtime.finish import Finish
-from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Cleared, Gate, GatedCall
 from agents.runtime.network import Network
 from agents.runtime.sessions import Sessions
@@ -210,7 +210,7 @@ class Calls:
         the last turn that never started (those a person has decided since, among them)."""
         s = self.s
         interrupted, not_started = s.conv.unfinished_tool_uses()
-        # Done again, not closed: the fleet's calls (idempotent, agents/runtime/fleet.py), finish.
+        # Done again, not closed: the fleet's calls (idempotent, agents/fleets/parent.py), finish.
         retried = [b for b in interrupted if b["name"] in RETRIED]
         interrupted = [b for b in interrupted if b["name"] not in RETRIED]
         for block in retried:

@@ -37,7 +37,8 @@ from agents import (
     workspaces,
 )
 from agents.decision_words import refusal
-from agents.fleet_spawn import SpawnError
+from agents.fleets.parent import Fleet
+from agents.fleets.spawn import SpawnError
 from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,
@@ -68,7 +69,6 @@ from agents.runtime.external_driver import (  # noqa: F401 (external.X are the p
     valid_root,
 )
 from agents.runtime.finish import Finish
-from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Gate, GatedCall, approval_note
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management import call_command
 
-from agents import schedules
 from agents.management.base import BaseCommand, fail
 from agents.reaper import reap
+from agents.schedules import cron as schedules
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 

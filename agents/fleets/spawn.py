@@ -24,8 +24,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agents import eventlog, fleets, services, workspaces
+from agents import eventlog, services, workspaces
 from agents.eventlog import NewEvent
+from agents.fleets import tree as fleets
 from agents.models import (
     LIVE_STATUSES,
     Checkpoint,

@@ -5,7 +5,7 @@ spend moves with the children.
 Why a poll and not the socket: the socket's renders are shared by every viewer with the same
 rights (dashboard.live.feed's cache), and which children show depends on who looks; a child's events
 also go to the child's own group, not the parent's. A request every few seconds while something
-in the fleet is live, a bounded handful of queries each (dashboard.fleet), stops by itself when
+in the fleet is live, a bounded handful of queries each (dashboard.fleets.tree), stops by itself when
 the fleet is over.
 """
 
@@ -17,7 +17,8 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
 from agents import access
-from dashboard import fleet, panels
+from dashboard import panels
+from dashboard.fleets import tree as fleet
 
 
 def context(user, run, rollup=None) -> dict:

@@ -23,8 +23,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
-from agents import inputs, schedules, services
+from agents import inputs, services
 from agents.models import Run, Trigger, TriggerDelivery
+from agents.schedules import cron as schedules
 
 TOKEN_BYTES = 32
 SIGNATURE_HEADERS = ("X-Shiftlog-Signature", "X-Hub-Signature-256")

@@ -3,7 +3,7 @@ and the grouped runs list show them, in a bounded number of queries whatever the
 
 Only runs the user may see are shown (`access.visible_runs`); a run below one they may not see is
 left out with it, so a tree never shows a branch without its stem. The spend rolled up over the
-whole fleet (`agents.fleets.rollup`) is the parent's own figure and counts every descendant.
+whole fleet (`agents.fleets.tree.rollup`) is the parent's own figure and counts every descendant.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from django.db import models
 from django.db.models import Q
 
-from agents import access, fleets
+from agents import access
+from agents.fleets import tree as fleets
 from agents.models import Event, Run
 
 # Two levels show: children and grandchildren (a grandchild with children of its own says "N more

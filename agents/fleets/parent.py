@@ -2,13 +2,13 @@
 how they ended, and merging their work.
 
 - `spawn`: a checkpoint first (the children start from it), then in one transaction the children
-  (agents/fleet_spawn.py), the call's result and the move to `waiting_for_children`; the slice
+  (agents/fleets/spawn.py), the call's result and the move to `waiting_for_children`; the slice
   ends and the worker and the lease go. A child's end wakes the parent (agents/lifecycle.py).
 - `at_start`: when a slice opens, a parent that owes a wait (resumed while its children still run)
   goes back to waiting; one that woke reads its children's outcomes; merge conflicts a person
   has decided are applied.
 - `merge`: a checkpoint before and after; each succeeded child's change three-way merged
-  (agents/merging.py), all of a child or nothing. A worker that dies mid-merge leaves the call
+  (agents/fleets/merging.py), all of a child or nothing. A worker that dies mid-merge leaves the call
   open: the retry puts the workspace back to the checkpoint before and merges again.
 """
 
@@ -19,17 +19,11 @@ from typing import Any
 
 from django.db import transaction
 
-from agents import (
-    approvals,
-    done_conditions,
-    faults,
-    fleet_spawn,
-    fleets,
-    merging,
-    sandbox,
-    workspaces,
-)
-from agents.fleet_models import MergeState as M
+from agents import approvals, done_conditions, faults, sandbox, workspaces
+from agents.fleets import merging
+from agents.fleets import spawn as fleet_spawn
+from agents.fleets import tree as fleets
+from agents.fleets.models import MergeState as M
 from agents.models import (
     Approval,
     ApprovalStatus,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django import forms
 
-from agents import inputs, schedules, triggers
+from agents import inputs
 from agents.models import Overlap
+from agents.schedules import cron as schedules
+from agents.schedules import triggers
 
 
 class ScheduleForm(forms.Form):

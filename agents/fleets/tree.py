@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from django.db.models import F, Sum
 
-from agents.fleet_models import MergeState
+from agents.fleets.models import MergeState
 from agents.models import LIVE_STATUSES, Event, EventKind, FleetChild, Run
 
 

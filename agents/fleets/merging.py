@@ -10,7 +10,7 @@ the other changed, a symlink) is a whole-file conflict.
 A merge is planned in memory first (`plan`); a plan with a conflict applies nothing. `apply`
 writes every file to a temporary name beside its target and only then renames them all into
 place, so a failure part-way leaves no child half-applied in this process; across a worker's
-death the runtime restores the checkpoint taken before the merge (agents/runtime/fleet.py).
+death the runtime restores the checkpoint taken before the merge (agents/fleets/parent.py).
 """
 
 from __future__ import annotations

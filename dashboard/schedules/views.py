@@ -1,6 +1,6 @@
 """The Schedules and Triggers pages, "Schedule this run…", and cancelling a run's wake-up.
-Thin, as the other views: access in agents.access, the work in agents.schedules,
-agents.triggers and agents.services."""
+Thin, as the other views: access in agents.access, the work in agents.schedules.cron,
+agents.schedules.triggers and agents.services."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents import access, inputs, schedules, services, triggers
+from agents import access, inputs, services
 from agents.models import Run, ScheduleEvent
-from agents.triggers import url_for
-from dashboard.schedule_forms import ScheduleForm, TriggerForm
+from agents.schedules import cron as schedules
+from agents.schedules import triggers
+from agents.schedules.triggers import url_for
+from dashboard.schedules.forms import ScheduleForm, TriggerForm
 
 RECENT_TICKS = 5
 SCHEDULE_ACTIONS = ("pause", "resume", "delete")

@@ -1,5 +1,5 @@
 """Inbound webhooks: `POST /hooks/<token>/` makes a run from a trigger's template run
-(agents/triggers.py). A machine endpoint: no login, no CSRF token (the token in the path is the
+(agents/schedules/triggers.py). A machine endpoint: no login, no CSRF token (the token in the path is the
 credential, with an optional HMAC signature), JSON in and out, a clear status for each refusal."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents import triggers
+from agents.schedules import triggers
 
 MAX_TOKEN_CHARS = 100
 

@@ -1,4 +1,4 @@
-"""A fleet's spawns: one row per child a `spawn_runs` call started (agents/fleet_spawn.py).
+"""A fleet's spawns: one row per child a `spawn_runs` call started (agents/fleets/spawn.py).
 
 The row is keyed by the parent, the call's tool_use_id and the child's place in the call, and is
 written in the transaction that creates the child, records the parent's tool result and puts the
