@@ -25,6 +25,7 @@ from agents import (
     approvals,
     done_conditions,
     eventlog,
+    hooks,
     inputs,
     jobs,
     lifecycle,
@@ -32,7 +33,6 @@ from agents import (
     services,
     workspaces,
 )
-from agents.fleets import tree as fleets
 from agents.jobs import enqueue
 from agents.models import (
     LIVE_STATUSES,
@@ -487,17 +487,8 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
             branch_seq=event.seq,
             resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
         )
-        # A fleet's parent: merges the rewind took out are to be made again, and children
-        # spawned after the checkpoint are no longer waited for (cancelled once this commits).
-        unwanted = fleets.after_rewind(run_id)
-        if unwanted:
-            cause = (
-                f"run {run_id} was rewound to checkpoint {checkpoint.number}, "
-                "before this child was spawned"
-            )
-            transaction.on_commit(
-                lambda: lifecycle.cascade(run_id, "cancel", cause, actor, only=unwanted)
-            )
+        # Features that keep state beside the run (a fleet's children: agents/fleets/cascade.py).
+        hooks.rewound(run_id, checkpoint, actor)
         lifecycle.transition(
             run_id,
             RunStatus.QUEUED,

@@ -20,6 +20,7 @@ from django.utils import timezone
 from agents import check_settings as check_settings_module
 from agents import (
     eventlog,
+    hooks,
     inputs,
     isolation,
     lifecycle,
@@ -289,7 +290,7 @@ def pause_run(run_id: int, *, actor: str, reason: str = "") -> Run:
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None
-    lifecycle.cascade(run_id, "pause", f"run {run_id} was paused by {actor}", actor)
+    hooks.controlled(run_id, "pause", f"run {run_id} was paused by {actor}", actor)
     return run
 
 
@@ -316,7 +317,7 @@ def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Ru
         )
         Run.objects.filter(pk=run_id).update(wake_at=None)
         enqueue(run_id)
-    lifecycle.cascade(run_id, "resume", f"run {run_id} was resumed by {actor}", actor)
+    hooks.controlled(run_id, "resume", f"run {run_id} was resumed by {actor}", actor)
     return run
 
 
@@ -369,7 +370,7 @@ def cancel_run(run_id: int, *, actor: str, reason: str = "") -> Run:
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None
-    lifecycle.cascade(run_id, "cancel", f"run {run_id} was cancelled by {actor}", actor)
+    hooks.controlled(run_id, "cancel", f"run {run_id} was cancelled by {actor}", actor)
     return run
 
 
