@@ -21,7 +21,15 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import approvals, blobstore, checkpoints, jobs, notifications, sandbox, services
+from agents import (
+    approvals,
+    blobstore,
+    jobs,
+    notifications,
+    rewinds,
+    sandbox,
+    services,
+)
 from agents.jobs import enqueue
 from agents.models import (
     DRIVABLE_STATUSES,
@@ -149,7 +157,7 @@ def queue_was_emptied() -> bool:
 def reissue_lost_rewinds(now, *, emptied: bool) -> list[int]:
     """Rewind requests of live runs with no outcome: past their deadline (their task was lost),
     or at once after the queue lost everything. Carrying one out is idempotent."""
-    grace = 0 if emptied else checkpoints.REWIND_WAIT_SECONDS + 10
+    grace = 0 if emptied else rewinds.REWIND_WAIT_SECONDS + 10
     recent = now - timedelta(hours=6)
     requests = Event.objects.filter(
         kind=EventKind.RUN_REWIND_REQUESTED,
@@ -162,13 +170,13 @@ def reissue_lost_rewinds(now, *, emptied: bool) -> list[int]:
         if request.run_id in seen:
             continue  # only a run's latest request can still be open
         seen.add(request.run_id)
-        if checkpoints.rewind_answered(request.run_id, request.seq):
+        if rewinds.rewind_answered(request.run_id, request.seq):
             continue
         log.warning(
             "run %s: the rewind asked at #%s was never carried out; asking again",
             request.run_id,
             request.seq,
         )
-        checkpoints.reissue_rewind(request)
+        rewinds.reissue_rewind(request)
         reissued.append(request.run_id)
     return reissued

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import access, checkpoints, inputs, services
+from agents import access, checkpoints, inputs, rewinds, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.snapshots import display
 from dashboard import markup, panels
@@ -30,7 +30,7 @@ def _checkpoint(run: Run, number: int) -> Checkpoint:
 
 
 def _panel_context(request, run: Run, checkpoint: Checkpoint, action: str, **extra) -> dict:
-    plan = checkpoints.plan_rewind(run, checkpoint)
+    plan = rewinds.plan_rewind(run, checkpoint)
     return {
         "run": run,
         "checkpoint": checkpoint,
@@ -65,7 +65,7 @@ def checkpoint_action(request: HttpRequest, run_id: int, number: int, action: st
     note = request.POST.get("note", "").strip()
     try:
         if action == "rewind":
-            checkpoints.request_rewind(run.pk, checkpoint.pk, actor=actor, note=note)
+            rewinds.request_rewind(run.pk, checkpoint.pk, actor=actor, note=note)
         else:
             new = checkpoints.fork(
                 run.pk,

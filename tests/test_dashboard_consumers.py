@@ -359,7 +359,7 @@ def test_a_push_carries_only_the_panels_its_events_change(owner):
 
 
 def test_a_rewind_discards_waiting_approvals_and_the_inbox_and_count_follow_live(owner):
-    from agents import checkpoints
+    from agents import rewinds
     from agents.models import Approval
 
     run = drive_until_idle(services.create_demo_run(created_by=owner))
@@ -371,7 +371,7 @@ def test_a_rewind_discards_waiting_approvals_and_the_inbox_and_count_follow_live
         header = WebsocketCommunicator(as_user(owner), "/ws/live/")
         inbox = WebsocketCommunicator(as_user(owner), "/ws/live/approvals/")
         assert (await header.connect())[0] and (await inbox.connect())[0]
-        await database_sync_to_async(checkpoints.rewind)(run.pk, target.pk, actor="user:olivia")
+        await database_sync_to_async(rewinds.rewind)(run.pk, target.pk, actor="user:olivia")
         count = await receive_until(header, lambda t: 'id="approval-count"' in t)
         assert ">0</span>" in count, count
         cards = await receive_until(
