@@ -12,9 +12,9 @@ from ninja import Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from agents import access, services
+from agents.models.schedules import Schedule, Trigger
 from agents.schedules import cron as schedules
 from agents.schedules import triggers
-from agents.schedules.models import Schedule, Trigger
 from agents.schedules.triggers import url_for
 from api import out
 from api.auth import need

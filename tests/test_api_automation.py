@@ -10,8 +10,8 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import services
+from agents.models.schedules import Schedule, Trigger
 from agents.runspec import RunSpec
-from agents.schedules.models import Schedule, Trigger
 from api.models import ApiToken
 
 pytestmark = pytest.mark.django_db

@@ -342,7 +342,7 @@ def test_pause_and_cancel_are_in_every_answer(api):
 
 
 def test_an_external_agents_first_message_names_no_tool_it_lacks(api):
-    from agents.memory_models import ProjectMemory
+    from agents.models.memory import ProjectMemory
 
     ProjectMemory.objects.create(project="shop", key="db", text="use sqlite in tests")
     run_id = make_external(api, project="shop")

@@ -225,7 +225,7 @@ def test_a_failed_tick_is_recorded_and_the_schedule_moves_on(tmp_path):
 
 
 def test_schedule_events_are_append_only():
-    from agents.schedules.models import ImmutableScheduleEvent
+    from agents.models.schedules import ImmutableScheduleEvent
 
     schedule = schedules.create(template(), "0 * * * *", actor="t", now=T0)
     event = schedule.events.get()

@@ -23,7 +23,6 @@ from agents import approvals, done_conditions, faults, sandbox, workspaces
 from agents.fleets import merging
 from agents.fleets import spawn as fleet_spawn
 from agents.fleets import tree as fleets
-from agents.fleets.models import MergeState as M
 from agents.models import (
     Approval,
     ApprovalStatus,
@@ -37,6 +36,7 @@ from agents.models import (
     RunStatus,
     Session,
 )
+from agents.models.fleets import MergeState as M
 from agents.runtime.gate import Gate
 from agents.runtime.slice import Slice, SliceOver, SliceResult
 

@@ -11,8 +11,8 @@ from decimal import Decimal
 
 from django.db.models import F, Sum
 
-from agents.fleets.models import MergeState
 from agents.models import LIVE_STATUSES, Event, EventKind, FleetChild, Run
+from agents.models.fleets import MergeState
 
 
 @dataclass(frozen=True)

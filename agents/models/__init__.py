@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.branches import abandoned
-from agents.resume_state import ResumeState
+from agents.models.resume_state import ResumeState
 
 
 class RunStatus(models.TextChoices):
@@ -629,20 +629,20 @@ class Artifact(models.Model):
 
 # Approvals, external calls, project memory and schedules live in modules of their own (size); importing
 # them here registers their models with the app.
-from agents.approval_models import (  # noqa: E402, F401
+from agents.models.approvals import (  # noqa: E402, F401
     Approval,
     ApprovalQuerySet,
     ApprovalStatus,
     ApprovalSubject,
 )
-from agents.external_models import (  # noqa: E402, F401
+from agents.models.external import (  # noqa: E402, F401
     ExternalCall,
     ExternalCallDecision,
     ExternalDriver,
 )
-from agents.fleets.models import FleetChild  # noqa: E402, F401
-from agents.memory_models import ProjectMemory  # noqa: E402, F401
-from agents.schedules.models import (  # noqa: E402, F401
+from agents.models.fleets import FleetChild  # noqa: E402, F401
+from agents.models.memory import ProjectMemory  # noqa: E402, F401
+from agents.models.schedules import (  # noqa: E402, F401
     Overlap,
     Schedule,
     ScheduleEvent,
@@ -650,4 +650,4 @@ from agents.schedules.models import (  # noqa: E402, F401
     Trigger,
     TriggerDelivery,
 )
-from agents.webhook_models import WebhookDelivery  # noqa: E402, F401
+from agents.models.webhooks import WebhookDelivery  # noqa: E402, F401
