@@ -176,6 +176,80 @@ def test_the_apps_meet_only_in_the_project_shell():
     assert "api.main" in edges["shiftlog.urls"]
 
 
+# --- features as packages (agents/hooks.py) ---------------------------------------------------
+FEATURES = ("agents.fleets", "agents.schedules", "agents.rewinds")
+# What puts the house together may name every feature: the app's ready() (it registers the
+# features' hooks), the tasks, the admin, the management commands.
+ROOTS = ("agents.apps", "agents.tasks", "agents.admin", "agents.management")
+# The core's imports of a feature that remain, each for a reason; the list only shrinks.
+KNOWN = {
+    # The runtime runs a fleet's parent (spawn_runs, merge_children) and counts its
+    # children's spend: not yet a hook.
+    ("agents.runtime.budgets", "agents.fleets.tree"),
+    ("agents.runtime.calls", "agents.fleets.parent"),
+    ("agents.runtime.external", "agents.fleets.parent"),
+    ("agents.runtime.external", "agents.fleets.spawn"),
+    # The reaper asks again for rewinds whose task was lost.
+    ("agents.reaper", "agents.rewinds"),
+}
+
+
+def core_imports_of_features(
+    edges: dict[str, set[str]], known=frozenset()
+) -> list[tuple[str, str]]:
+    """(core module, feature module) for every import of a feature by the core: the modules of
+    agents/ that are neither a feature's nor one of the ROOTS."""
+    return sorted(
+        (m, t)
+        for m, ts in edges.items()
+        if under(m, ("agents",)) and not under(m, FEATURES + ROOTS)
+        for t in ts
+        if under(t, FEATURES) and (m, t) not in known
+    )
+
+
+def test_every_known_exception_is_still_there():  # the list only shrinks: a gone one is struck
+    assert set(core_imports_of_features(graph())) >= KNOWN
+
+
+def test_the_feature_rule_finds_a_core_import_of_a_feature():  # a positive control
+    edges = {
+        "agents.lifecycle": {"agents.fleets.cascade", "agents.hooks"},
+        "agents.fleets.cascade": {"agents.lifecycle", "agents.hooks"},
+        "agents.apps": {"agents.fleets.cascade"},
+        "agents.hooks": set(),
+    }
+    assert core_imports_of_features(edges) == [("agents.lifecycle", "agents.fleets.cascade")]
+
+
+def test_the_core_never_imports_a_feature():
+    # The status machine, checkpoints and services call hooks; features register with them.
+    edges = graph()
+    assert core_imports_of_features(edges, KNOWN) == []
+    for module in ("agents.lifecycle", "agents.services", "agents.rewinds"):
+        assert "agents.hooks" in edges[module], module  # the core's side: it calls the hooks
+
+
+def test_features_import_only_the_core_and_themselves():
+    edges = graph()
+    wrong = [
+        (m, t)
+        for feature in FEATURES
+        for m, t in crossings(edges, (feature,), tuple(f for f in FEATURES if f != feature))
+    ]
+    assert wrong == []
+    assert all(any(under(m, (f,)) for m in edges) for f in FEATURES)  # the features are there
+
+
+def test_the_features_register_their_hooks():
+    from agents import hooks
+    from agents.fleets import cascade
+
+    assert cascade.status_changed in hooks.status_changed._functions
+    assert cascade.cascade in hooks.controlled._functions
+    assert cascade.rewound in hooks.rewound._functions
+
+
 def test_no_module_or_class_is_too_big():
     too_big = []
     for name, path in modules().items():
