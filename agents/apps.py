@@ -14,6 +14,7 @@ class AgentsConfig(AppConfig):
         from agents import tasks  # noqa: F401, PLC0415 (loaded once the apps are ready)
 
         # Features reach into the core through the hooks it calls (agents/hooks.py).
-        from agents.fleets import cascade  # noqa: PLC0415 (a feature: loaded once the apps are ready)
+        from agents.fleets import cascade, parent  # noqa: PLC0415 (features: once the apps are ready)
 
         cascade.register()
+        parent.register()

@@ -29,6 +29,11 @@ class Hook:
         for function in list(self._functions):
             function(*args, **kwargs)
 
+    def collect(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Each function's answer, in order (None answers left out)."""
+        answers = [function(*args, **kwargs) for function in list(self._functions)]
+        return [a for a in answers if a is not None]
+
     def __repr__(self) -> str:
         return f"Hook({self.name!r}, {len(self._functions)} registered)"
 
@@ -42,3 +47,10 @@ controlled = Hook("controlled")
 # (run_id, checkpoint, actor): a run was rewound to `checkpoint`, inside the rewind's
 # transaction, after its `run.rewound` event and before it is queued again.
 rewound = Hook("rewound")
+# (s, gate) -> a feature's part of a slice (a fleet's parent: agents/fleets/parent.py `Fleet`):
+# its `tools` (harness tool name -> function(block, tool_input)) and `at_start()`, run when a
+# slice opens (a worker's, or an external agent's call).
+slice_part = Hook("slice_part")
+# (run) -> what a run has spent counting what it spends through others (a fleet's parent: its
+# children's rollup, with `tokens` and `cost_usd`), or None.
+spent_with_children = Hook("spent_with_children")

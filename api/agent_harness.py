@@ -11,6 +11,7 @@ from django.conf import settings
 from ninja import Query, Router, Status
 
 from agents import access
+from agents.fleets import external as fleet_external
 from agents.models import ExternalCall
 from agents.providers.base import Usage
 from agents.runtime import external, external_finish
@@ -197,7 +198,7 @@ def spawn(request, run_id: PathId, body: SpawnIn):
     ]
     return Status(
         201,
-        external.spawn(
+        fleet_external.spawn(
             run_id,
             actor=actor(request),
             agent=agent(request),
@@ -215,7 +216,7 @@ def spawn(request, run_id: PathId, body: SpawnIn):
 def merge_children(request, run_id: PathId, body: MergeIn):
     controlled_run(request, run_id)
     need(request, "write")
-    return external.merge(run_id, actor=actor(request), agent=agent(request), runs=body.runs)
+    return fleet_external.merge(run_id, actor=actor(request), agent=agent(request), runs=body.runs)
 
 
 @router.put(

@@ -183,12 +183,6 @@ FEATURES = ("agents.fleets", "agents.schedules", "agents.rewinds")
 ROOTS = ("agents.apps", "agents.tasks", "agents.admin", "agents.management")
 # The core's imports of a feature that remain, each for a reason; the list only shrinks.
 KNOWN = {
-    # The runtime runs a fleet's parent (spawn_runs, merge_children) and counts its
-    # children's spend: not yet a hook.
-    ("agents.runtime.budgets", "agents.fleets.tree"),
-    ("agents.runtime.calls", "agents.fleets.parent"),
-    ("agents.runtime.external", "agents.fleets.parent"),
-    ("agents.runtime.external", "agents.fleets.spawn"),
     # The reaper asks again for rewinds whose task was lost.
     ("agents.reaper", "agents.rewinds"),
 }
@@ -243,11 +237,12 @@ def test_features_import_only_the_core_and_themselves():
 
 def test_the_features_register_their_hooks():
     from agents import hooks
-    from agents.fleets import cascade
+    from agents.fleets import cascade, parent
 
     assert cascade.status_changed in hooks.status_changed._functions
     assert cascade.cascade in hooks.controlled._functions
     assert cascade.rewound in hooks.rewound._functions
+    assert parent.Fleet in hooks.slice_part._functions
 
 
 def test_no_module_or_class_is_too_big():

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agents import approvals, done_conditions, faults, sandbox, workspaces
+from agents import approvals, done_conditions, faults, hooks, sandbox, workspaces
 from agents.fleets import merging
 from agents.fleets import spawn as fleet_spawn
 from agents.fleets import tree as fleets
@@ -62,10 +62,21 @@ def final_tree(child: Run) -> str | None:
     return last.first()
 
 
+def register() -> None:
+    """The fleet's parent in every slice, and its children's spend in its budgets."""
+    hooks.slice_part.register(Fleet)
+    hooks.spent_with_children.register(fleets.rollup)
+
+
 class Fleet:
     def __init__(self, s: Slice, gate: Gate) -> None:
         self.s = s
         self.gate = gate
+        # The harness tools this part runs (agents/runtime/calls.py asks for them by name).
+        self.tools: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
+            "spawn_runs": self.spawn,
+            "merge_children": self.merge,
+        }
 
     # --- spawning -----------------------------------------------------------------------
     def spawn(self, block: dict[str, Any], tool_input: dict[str, Any]) -> None:

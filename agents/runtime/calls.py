@@ -20,9 +20,8 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import checkpoints, dbconn, memory, sandbox
+from agents import checkpoints, dbconn, hooks, memory, sandbox
 from agents.eventlog import NewEvent
-from agents.fleets.parent import Fleet
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime import ledger
 from agents.runtime.conversation import INTERRUPTED
@@ -67,10 +66,11 @@ class Calls:
         sessions: Sessions,
         finish: Finish,
         network: Network,
-        fleet: Fleet | None = None,
     ) -> None:
         self.s = s
-        self.fleet = fleet or Fleet(s, gate)
+        # Features' parts of the slice (a fleet's parent), through the hooks they register.
+        self.parts = hooks.slice_part.collect(s, gate)
+        self.tools = {name: run for part in self.parts for name, run in part.tools.items()}
         self.gate = gate
         self.network = network
         self.sessions = sessions
@@ -163,10 +163,8 @@ class Calls:
             )
         elif name == "finish":
             self.finish.finish(block)
-        elif name == "spawn_runs":
-            self.fleet.spawn(block, tool_input)
-        elif name == "merge_children":
-            self.fleet.merge(block, tool_input)
+        elif name in self.tools:  # a feature's harness tool (spawn_runs, merge_children)
+            self.tools[name](block, tool_input)
 
     def _sandbox(
         self, name: str, tool_input: dict[str, Any], *, validated: bool = True
