@@ -1,6 +1,8 @@
 """The shape of the house, held against the code: imports run one way (no circle among the
 modules of agents/, dashboard/ and api/, deferred imports counted), no module over 700 lines, no class
-over 350, and neither dashboard/ nor api/ is ever imported by agents/. See docs/architecture.md."""
+over 350, neither dashboard/ nor api/ is ever imported by agents/, api/ never imports dashboard/
+(the two meet in the project shell, shiftlog/), and the core never imports a feature (fleets,
+schedules, rewinds: they reach it through agents/hooks.py). See docs/architecture.md."""
 
 from __future__ import annotations
 
