@@ -261,32 +261,13 @@ def carry_out_rewind(
     return attempt(run_id, checkpoint, actor=actor, note=note) is not None
 
 
-def run_task(
-    *,
-    run_id: int,
-    checkpoint_id: int,
-    actor: str,
-    note: str,
-    until: float,
-    request_seq: int | None = None,
-) -> bool:
-    """The `rewind_run` task: one attempt per execution; while the run's worker is on a step,
-    the task is scheduled again rather than waited for, so the thread goes back to running
-    slices meanwhile."""
-    done = carry_out_rewind(
-        run_id, checkpoint_id, actor=actor, note=note, until=until, request_seq=request_seq
-    )
+def run_task(**request: Any) -> bool:
+    """The `rewind_run` task (its keywords are `carry_out_rewind`'s): one attempt per execution;
+    while the run's worker is on a step, the task is scheduled again rather than waited for, so
+    the thread goes back to running slices meanwhile."""
+    done = carry_out_rewind(**request)
     if not done:
-        jobs.schedule(
-            "rewind_run",
-            delay=REWIND_RETRY_SECONDS,
-            run_id=run_id,
-            checkpoint_id=checkpoint_id,
-            actor=actor,
-            note=note,
-            until=until,
-            request_seq=request_seq,
-        )
+        jobs.schedule("rewind_run", delay=REWIND_RETRY_SECONDS, **request)
     return done
 
 
