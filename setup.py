@@ -2,7 +2,7 @@
 
 They live at the top of the checkout (templates/, static/), where the settings find them; an
 installed package has no checkout, so the build copies them to dashboard/assets/, which
-dashboard/settings.py reads when there is no manage.py beside the apps. Everything else about the
+shiftlog/settings.py reads when there is no manage.py beside the apps. Everything else about the
 package is in pyproject.toml.
 """
 

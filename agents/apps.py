@@ -12,3 +12,9 @@ class AgentsConfig(AppConfig):
         # The tasks register themselves with agents.jobs, through which every process (web,
         # CLI and worker) queues them; run_huey would import them too, the others do not.
         from agents import tasks  # noqa: F401, PLC0415 (loaded once the apps are ready)
+
+        # Features reach into the core through the hooks it calls (agents/hooks.py).
+        from agents.fleets import cascade, parent  # noqa: PLC0415 (features: once the apps are ready)
+
+        cascade.register()
+        parent.register()

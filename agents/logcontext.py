@@ -2,7 +2,7 @@
 
 Context variables set where the work starts (a worker's slice binds its run and each session it
 opens; the web's RequestIdMiddleware binds the request id), read by `ContextFilter`, which the
-console handler runs on every record (dashboard/settings.py LOGGING). A JSON line
+console handler runs on every record (shiftlog/settings.py LOGGING). A JSON line
 (SHIFTLOG_LOG_FORMAT=json) then has `run_id`, `session` and `request_id` keys, null where there is
 none; a plain line gets ` [run 7 session 2]` or ` [request ab12…]` after the logger's name.
 

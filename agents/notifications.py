@@ -1,7 +1,7 @@
 """Webhooks: a JSON POST when an approval waits and when a run pauses, succeeds or fails.
 
 Each POST a run owes is a `WebhookDelivery` row, written in the transaction that records the news
-(agents/webhook_models.py); a huey task makes the attempts once it commits. Each attempt is one
+(agents/models/webhooks.py); a huey task makes the attempts once it commits. Each attempt is one
 short task execution (a few seconds at most); a failed one schedules the next on the queue after a
 doubling backoff instead of sleeping, so a slow or broken receiver never keeps a worker thread from
 the runs. A task the queue lost (or could not take: Redis down) is queued again by the reaper from

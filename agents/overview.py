@@ -5,7 +5,7 @@ yet no event for `SHIFTLOG_STUCK_MINUTES`), external runs whose agent has gone s
 heartbeat window (stalled: `Run.stalled`), spend today and this week, and for every active run
 its burn rate and the time left to each of its caps. Everything is aggregated in the database in
 a fixed number of queries, however many runs there are; the callers choose which runs (a person
-sees only theirs: dashboard.access) and render the figures.
+sees only theirs: agents.access) and render the figures.
 
 Times are the server's (settings.TIME_ZONE): "today" starts at its midnight, "this week" at
 Monday's. Spend is read from the events that cost something (model turns and judge verdicts,

@@ -24,9 +24,9 @@ from django.utils import timezone
 from agents import (
     approvals,
     blobstore,
-    checkpoints,
     jobs,
     notifications,
+    rewinds,
     sandbox,
     services,
     slack,
@@ -159,7 +159,7 @@ def queue_was_emptied() -> bool:
 def reissue_lost_rewinds(now, *, emptied: bool) -> list[int]:
     """Rewind requests of live runs with no outcome: past their deadline (their task was lost),
     or at once after the queue lost everything. Carrying one out is idempotent."""
-    grace = 0 if emptied else checkpoints.REWIND_WAIT_SECONDS + 10
+    grace = 0 if emptied else rewinds.REWIND_WAIT_SECONDS + 10
     recent = now - timedelta(hours=6)
     requests = Event.objects.filter(
         kind=EventKind.RUN_REWIND_REQUESTED,
@@ -172,13 +172,13 @@ def reissue_lost_rewinds(now, *, emptied: bool) -> list[int]:
         if request.run_id in seen:
             continue  # only a run's latest request can still be open
         seen.add(request.run_id)
-        if checkpoints.rewind_answered(request.run_id, request.seq):
+        if rewinds.rewind_answered(request.run_id, request.seq):
             continue
         log.warning(
             "run %s: the rewind asked at #%s was never carried out; asking again",
             request.run_id,
             request.seq,
         )
-        checkpoints.reissue_rewind(request)
+        rewinds.reissue_rewind(request)
         reissued.append(request.run_id)
     return reissued

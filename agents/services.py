@@ -20,6 +20,7 @@ from django.utils import timezone
 from agents import check_settings as check_settings_module
 from agents import (
     eventlog,
+    hooks,
     inputs,
     isolation,
     lifecycle,
@@ -289,7 +290,7 @@ def pause_run(run_id: int, *, actor: str, reason: str = "") -> Run:
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None
-    lifecycle.cascade(run_id, "pause", f"run {run_id} was paused by {actor}", actor)
+    hooks.controlled(run_id, "pause", f"run {run_id} was paused by {actor}", actor)
     return run
 
 
@@ -316,12 +317,12 @@ def resume_run(run_id: int, *, actor: str, budgets: Budgets | None = None) -> Ru
         )
         Run.objects.filter(pk=run_id).update(wake_at=None)
         enqueue(run_id)
-    lifecycle.cascade(run_id, "resume", f"run {run_id} was resumed by {actor}", actor)
+    hooks.controlled(run_id, "resume", f"run {run_id} was resumed by {actor}", actor)
     return run
 
 
 def wake_at(run_id: int, when: datetime, *, actor: str, now: datetime | None = None) -> Run:
-    """Have a paused run resume at `when` (the scheduler's pass does it: agents/schedules.py)."""
+    """Have a paused run resume at `when` (the scheduler's pass does it: agents/schedules/cron.py)."""
     run = _get(run_id)
     if run.status != RunStatus.PAUSED:
         raise RunError(f"run {run_id} is {run.status}; only a paused run can be woken later")
@@ -369,7 +370,7 @@ def cancel_run(run_id: int, *, actor: str, reason: str = "") -> Run:
         )
     except lifecycle.IllegalTransition as e:
         raise RunError(str(e)) from None
-    lifecycle.cascade(run_id, "cancel", f"run {run_id} was cancelled by {actor}", actor)
+    hooks.controlled(run_id, "cancel", f"run {run_id} was cancelled by {actor}", actor)
     return run
 
 

@@ -12,12 +12,10 @@ from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from agents import checkpoints, jobs, mail, notifications, reaper, schedules, slack, telemetry
+from agents import jobs, mail, notifications, reaper, rewinds, slack, telemetry
 from agents.runtime.external_finish import run_finish
 from agents.runtime.loop import drive
-
-# A requested rewind tries again this often while the run's worker finishes its step.
-REWIND_RETRY_SECONDS = 0.25
+from agents.schedules import cron as schedules
 
 
 @db_task()
@@ -35,23 +33,14 @@ def rewind_run(
     until: float,
     request_seq: int | None = None,
 ) -> bool:
-    # One attempt per execution: while the run's worker is on a step, it is scheduled again
-    # rather than waited for, so the thread goes back to running slices meanwhile.
-    done = checkpoints.carry_out_rewind(
-        run_id, checkpoint_id, actor=actor, note=note, until=until, request_seq=request_seq
+    return rewinds.run_task(
+        run_id=run_id,
+        checkpoint_id=checkpoint_id,
+        actor=actor,
+        note=note,
+        until=until,
+        request_seq=request_seq,
     )
-    if not done:
-        jobs.schedule(
-            "rewind_run",
-            delay=REWIND_RETRY_SECONDS,
-            run_id=run_id,
-            checkpoint_id=checkpoint_id,
-            actor=actor,
-            note=note,
-            until=until,
-            request_seq=request_seq,
-        )
-    return done
 
 
 @db_task()

@@ -9,7 +9,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from ninja import Query, Router, Status
 
-from agents import isolation
+from agents import isolation, wakeups
+from agents.fleets import external as fleet_external
 from agents.models import ExternalCall
 from agents.providers.base import Usage
 from agents.runtime import external, external_finish
@@ -36,7 +37,6 @@ from api.schemas import (
     TurnOut,
     UploadOut,
 )
-from dashboard import wakeups
 
 router = Router(tags=["external agents"])
 
@@ -139,7 +139,7 @@ async def poll(request, call_id: str, wait: float = Query(0, ge=0, le=MAX_WAIT_S
             or bool(answer.get("rewound"))
         )
 
-    # Woken by the run's next committed event (dashboard.wakeups), not by polling.
+    # Woken by the run's next committed event (agents.wakeups), not by polling.
     return await wakeups.long_poll(run_id, read, done, deadline)
 
 
@@ -203,7 +203,7 @@ def spawn(request, run_id: PathId, body: SpawnIn):
     ]
     return Status(
         201,
-        external.spawn(
+        fleet_external.spawn(
             run_id,
             actor=actor(request),
             agent=agent(request),
@@ -221,7 +221,7 @@ def spawn(request, run_id: PathId, body: SpawnIn):
 def merge_children(request, run_id: PathId, body: MergeIn):
     controlled_run(request, run_id)
     need(request, "write")
-    return external.merge(run_id, actor=actor(request), agent=agent(request), runs=body.runs)
+    return fleet_external.merge(run_id, actor=actor(request), agent=agent(request), runs=body.runs)
 
 
 @router.put(

@@ -1,4 +1,4 @@
-"""Schedules, triggers and wake-ups (agents/schedules.py, agents/triggers.py), as on the web and
+"""Schedules, triggers and wake-ups (agents/schedules/cron.py, agents/schedules/triggers.py), as on the web and
 with manage.py schedule_run / create_trigger / resume_run --at."""
 
 from __future__ import annotations
@@ -11,15 +11,16 @@ from django.http import HttpResponse
 from ninja import Router, Schema, Status
 from pydantic import ConfigDict, Field
 
-from agents import schedules, services, triggers
-from agents.schedule_models import Schedule, Trigger
+from agents import access, services
+from agents.models.schedules import Schedule, Trigger
+from agents.schedules import cron as schedules
+from agents.schedules import triggers
+from agents.schedules.triggers import url_for
 from api import out
 from api.auth import need
 from api.common import actor, controlled_run
 from api.errors import Problem
 from api.schemas import PathId, RunOut
-from dashboard import access
-from dashboard.hooks import url_for
 
 router = Router(tags=["schedules and triggers"])
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from django.http import Http404
 from ninja.errors import AuthorizationError
 
-from agents import services
+from agents import access, services
 from agents.models import Run
 from api.auth import need
-from dashboard import access
 
 
 def actor(request) -> str:

@@ -7,13 +7,12 @@ from typing import Literal
 from ninja import Query, Router, Schema
 from pydantic import Field
 
-from agents import approvals
+from agents import access, approvals
 from agents.models import Approval, ApprovalStatus
 from api import out
 from api.auth import need
 from api.errors import Problem
 from api.schemas import ApprovalList, ApprovalOut, Decision, PathId
-from dashboard import access
 
 router = Router(tags=["approvals"])
 

@@ -14,7 +14,7 @@ from django.http import Http404, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import blobstore, checkpoints, export
+from agents import access, blobstore, checkpoints, export, streaming
 from agents.lifecycle import TERMINAL
 from agents.models import Artifact, Checkpoint, Event, Run
 from api import out
@@ -32,7 +32,6 @@ from api.schemas import (
     EventPage,
     PathId,
 )
-from dashboard import access, checkpoint_views, streaming
 
 router = Router(tags=["history"])
 
@@ -141,7 +140,7 @@ class Sides(Schema):
 
 def _sides(run: Run, sides: Sides):
     try:
-        return checkpoint_views.sides(run, str(sides.a), sides.b)
+        return access.sides(run, str(sides.a), sides.b)
     except Http404 as e:
         raise Problem(
             404, f"{e}: a and b name checkpoints of run {run.pk} (b may be live)"

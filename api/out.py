@@ -6,9 +6,9 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from agents import fleets
 from agents.events import ApprovalRequested, read_payload
 from agents.events import summary as event_summary
+from agents.fleets import tree as fleets
 from agents.models import Approval, Artifact, Checkpoint, Event, EventKind, Run
 
 

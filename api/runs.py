@@ -8,7 +8,7 @@ from django.db.models import Q
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import checkpoints, pages, services
+from agents import access, checkpoints, pages, rewinds, services
 from agents.inputs import MAX_BIG_INT, InputError
 from agents.models import Checkpoint, Run, RunStatus
 from agents.runspec import RunSpec
@@ -30,7 +30,6 @@ from api.schemas import (
     RunPage,
     Seq,
 )
-from dashboard import access
 
 router = Router(tags=["runs"])
 
@@ -150,9 +149,9 @@ def _checkpoint(run: Run, number: int) -> Checkpoint:
 def rewind(request, run_id: PathId, body: FromCheckpoint):
     run = controlled_run(request, run_id)
     target = _checkpoint(run, body.checkpoint)
-    discarded = checkpoints.plan_rewind(run, target)
+    discarded = rewinds.plan_rewind(run, target)
     if not body.dry_run:
-        checkpoints.request_rewind(run.pk, target.pk, actor=actor(request), note=body.note)
+        rewinds.request_rewind(run.pk, target.pk, actor=actor(request), note=body.note)
     answer = {
         "checkpoint": target.number,
         "dry_run": body.dry_run,

@@ -55,7 +55,7 @@ def _env(data: Path) -> dict[str, str]:
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
     env.update(
-        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        DJANGO_SETTINGS_MODULE="shiftlog.settings",
         SHIFTLOG_DATA_DIR=str(data),
         SHIFTLOG_HUEY_IMMEDIATE="false",
         SHIFTLOG_DEBUG="false",
@@ -133,7 +133,7 @@ def _person():
 
 
 def _pending(run_id: int, within: float = 120):
-    from agents.approval_models import Approval
+    from agents.models.approvals import Approval
 
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:

@@ -6,7 +6,7 @@
     .venv/bin/python bench/live_latency.py --modes embedded --viewers 1,100 --no-page
 
 1. Event committed by the worker -> fragment received by a WebSocket client. A real daphne
-   (`python -m daphne -b 127.0.0.1 -p PORT dashboard.asgi:application`) serves the app, and
+   (`python -m daphne -b 127.0.0.1 -p PORT shiftlog.asgi:application`) serves the app, and
    N WebSocket clients (the `websockets` library) watch one run: /ws/live/runs/<id>/?after=<seq>,
    logged in with a Django session cookie (made with the test Client's force_login) and an
    Origin header that ALLOWED_HOSTS accepts. A separate worker process (this script with
@@ -91,7 +91,7 @@ MODE_LABEL = {
     "redis": "redis (PostgreSQL, channels-redis)",
 }
 SEQ_RE = re.compile(r'data-seq="(\d+)"')
-ASGI_APP = "dashboard.asgi:application"
+ASGI_APP = "shiftlog.asgi:application"
 # The reference: a plain fan-out of the same events to the same viewers (bench/live/plain.py).
 PLAIN_ASGI = "bench.live.plain:application"
 METRICS_TOKEN = uuid.uuid4().hex  # daphne's /metrics, for its fan-out counters
@@ -156,7 +156,7 @@ def _setup_django(
             del os.environ[name]
     os.environ.update(
         {
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
             "SHIFTLOG_DATA_DIR": data_dir,
             "SHIFTLOG_HUEY_IMMEDIATE": "false",  # enqueued tasks are never consumed
             "SHIFTLOG_DEBUG": "false",
@@ -266,7 +266,7 @@ def _start_daphne(children: Children, app: str) -> tuple[int, subprocess.Popen]:
 
 
 def _live_stats(port: int) -> dict[str, float]:
-    """daphne's fan-out counters so far (dashboard.fanout.viewers.stats, through /metrics)."""
+    """daphne's fan-out counters so far (dashboard.live.fanout.viewers.stats, through /metrics)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})

@@ -199,7 +199,7 @@ def worker(args) -> int:
     sys.path.insert(0, str(code))
     os.environ.update(
         {
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
             "SHIFTLOG_HUEY_IMMEDIATE": "false",
             "SHIFTLOG_DEBUG": "false",
             "SHIFTLOG_LOG_LEVEL": "WARNING",
@@ -262,7 +262,7 @@ class Daphne:
             self.port = s.getsockname()[1]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "dashboard.asgi:application"],
+             "shiftlog.asgi:application"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self.opener = urllib.request.build_opener()

@@ -66,7 +66,7 @@ LINEAR_TOLERANCE = 0.25  # bytes/step of the longest run within 25% of the 1,000
 # --- child: one run in a fresh database -----------------------------------------------------
 def _setup_django(data_dir: str, database_url: str | None, sqlite_sync: str = "NORMAL") -> None:
     os.environ["SHIFTLOG_DATA_DIR"] = data_dir
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "shiftlog.settings"
     os.environ["SHIFTLOG_HUEY_IMMEDIATE"] = "false"
     os.environ["SHIFTLOG_DEBUG"] = "false"  # DEBUG would keep every query in memory
     os.environ.setdefault("SHIFTLOG_LOG_LEVEL", "WARNING")

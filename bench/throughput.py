@@ -145,7 +145,7 @@ def _child_env() -> dict[str, str]:
         env["DATABASE_URL"] = os.environ["SHIFTLOG_BENCH_CONSUMER_DB"]
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
             "PYTHONUNBUFFERED": "1",
             "SHIFTLOG_HUEY_IMMEDIATE": "false",
             "SHIFTLOG_DEBUG": "false",
@@ -318,7 +318,7 @@ class Outage:
 
 def child(args: argparse.Namespace) -> dict:
     _raise_on_sigterm()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shiftlog.settings")
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -589,7 +589,7 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
         {
             "SHIFTLOG_DATA_DIR": str(data_dir),
             "SHIFTLOG_LOG_LEVEL": "WARNING",
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
             "SHIFTLOG_HUEY_IMMEDIATE": "false",
             "SHIFTLOG_DEBUG": "false",
         }

@@ -38,7 +38,7 @@ def main() -> int:
     try:
         os.environ.update(
             {
-                "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+                "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
                 "SHIFTLOG_DATA_DIR": data_dir,
                 "SHIFTLOG_HUEY_IMMEDIATE": "false",
                 "SHIFTLOG_DEBUG": "false",

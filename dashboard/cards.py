@@ -9,9 +9,8 @@ import json
 
 from django.template.loader import render_to_string
 
-from agents import approvals, config_changes, workspaces
+from agents import access, approvals, config_changes, workspaces
 from agents.models import Approval, ApprovalSubject
-from dashboard import access
 from dashboard.markup import diff_lines
 
 

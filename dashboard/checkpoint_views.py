@@ -4,7 +4,7 @@ and the live workspace. The work is agents.checkpoints'; these views only ask an
 worker: the request returns at once).
 
 GETs never change anything: the confirm panels render `plan_rewind`, a read. The actions are
-POSTs with CSRF and need the control right (dashboard.access); viewers get 403, outsiders 404.
+POSTs with CSRF and need the control right (agents.access); viewers get 403, outsiders 404.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import checkpoints, inputs, services
+from agents import access, checkpoints, inputs, rewinds, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.snapshots import display
-from dashboard import access, markup, panels
+from dashboard import markup, panels
 
 ACTIONS = ("rewind", "fork")
 FILES_SHOWN = 50
@@ -30,7 +30,7 @@ def _checkpoint(run: Run, number: int) -> Checkpoint:
 
 
 def _panel_context(request, run: Run, checkpoint: Checkpoint, action: str, **extra) -> dict:
-    plan = checkpoints.plan_rewind(run, checkpoint)
+    plan = rewinds.plan_rewind(run, checkpoint)
     return {
         "run": run,
         "checkpoint": checkpoint,
@@ -65,7 +65,7 @@ def checkpoint_action(request: HttpRequest, run_id: int, number: int, action: st
     note = request.POST.get("note", "").strip()
     try:
         if action == "rewind":
-            checkpoints.request_rewind(run.pk, checkpoint.pk, actor=actor, note=note)
+            rewinds.request_rewind(run.pk, checkpoint.pk, actor=actor, note=note)
         else:
             new = checkpoints.fork(
                 run.pk,
@@ -130,23 +130,6 @@ def checkpoint_now(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 # --- diff ------------------------------------------------------------------------------------
-def sides(run: Run, a: str | None, b: str | None) -> tuple[Checkpoint, Checkpoint | None]:
-    """Checkpoints a and b (by their numbers in the run; b None for `live`, the default), in
-    one query."""
-    try:
-        a_id = inputs.object_id(a or "", what="a")
-        b_id = None if b in (None, "", "live") else inputs.object_id(b, what="b")
-    except inputs.InputError:
-        raise Http404("?a=CHECKPOINT&b=CHECKPOINT|live") from None
-    wanted = [a_id] + ([b_id] if b_id else [])
-    found = {c.number: c for c in Checkpoint.objects.filter(run=run, number__in=wanted)}
-    if a_id not in found or (b_id is not None and b_id not in found):
-        raise Http404("no such checkpoint in this run")
-    for c in found.values():
-        c.run = run  # the live side reads the workspace path from it: no extra query
-    return found[a_id], found.get(b_id) if b_id is not None else None
-
-
 def change_view(c) -> dict:
     lines = markup.diff_lines(c.diff) if c.diff else []
     return {
@@ -181,7 +164,7 @@ def diff_context(changes) -> dict:
 def checkpoint_diff(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live (b defaults to live): what changed from a to b."""
     run = access.get_run_for_user(request.user, run_id)
-    a, b = sides(run, request.GET.get("a"), request.GET.get("b"))
+    a, b = access.sides(run, request.GET.get("a"), request.GET.get("b"))
     return render(
         request,
         "runs/diff.html",

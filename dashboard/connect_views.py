@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
+from agents import access
 from api.models import ApiToken, connect_command
-from dashboard import access
 
 
 @login_required

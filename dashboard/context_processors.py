@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils.functional import SimpleLazyObject
 
-from dashboard import access
+from agents import access
 
 
 def header(request) -> dict:

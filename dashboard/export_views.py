@@ -14,9 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
 
-from agents import export
+from agents import access, export, streaming
 from agents.models import Checkpoint
-from dashboard import access, checkpoint_views, streaming
 
 
 @login_required
@@ -39,7 +38,7 @@ def checkpoint_export(request: HttpRequest, run_id: int, number: int) -> HttpRes
 def checkpoint_patch(request: HttpRequest, run_id: int) -> HttpResponse:
     """?a=CHECKPOINT&b=CHECKPOINT|live, read as the diff page reads them."""
     run = access.get_run_for_user(request.user, run_id)
-    a, b = checkpoint_views.sides(run, request.GET.get("a"), request.GET.get("b"))
+    a, b = access.sides(run, request.GET.get("a"), request.GET.get("b"))
     try:
         chunks = export.patch_chunks(a, b)
     except export.ExportError as e:

@@ -12,10 +12,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from agents import inputs
+from agents import access, inputs
 from agents.events import KINDS
 from agents.models import Event, Run, Session
-from dashboard import access, stream
+from dashboard import stream
 
 PAGE = 100
 

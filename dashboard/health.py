@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from agents import blobstore, isolation
 from agents.models import Approval, ApprovalStatus, Run, RunStatus
-from dashboard import fanout, hub
+from dashboard.live import fanout, hub
 
 
 def _allowed(request: HttpRequest) -> bool:

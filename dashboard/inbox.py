@@ -15,9 +15,9 @@ from django.core.paginator import Paginator
 from django.db.models import Count, F, Min, Subquery, Window
 from django.db.models.functions import RowNumber
 
-from agents import inputs
+from agents import access, inputs
 from agents.models import Approval, Run
-from dashboard import access, cards
+from dashboard import cards
 
 RUNS_PER_PAGE = 20  # sections on a page
 CARDS_PER_RUN = 5  # cards in a run's section; the rest behind "N more"

@@ -1,6 +1,6 @@
 """The run page's memory panel (read, edit, pin, delete, promote) and each session's wake-up
 inspector: what its first message was built from, part by part, with the diff against the
-previous session's. Access in dashboard.access; the changes in agents.memory."""
+previous session's. Access in agents.access; the changes in agents.memory."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from agents import inputs, memory, services
+from agents import access, inputs, memory, services
 from agents.models import Session
 from agents.runtime import prompts
-from dashboard import access, panels
+from dashboard import panels
 
 LABELS = {
     "goal": "Goal",

@@ -1,6 +1,6 @@
 """The Overview page (the fleet at a glance) and Compare two runs. The figures are
 agents.overview's and the comparison agents.compare's; these views choose the runs the user may
-see (dashboard.access) and render them."""
+see (agents.access) and render them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from agents import compare, inputs, overview
-from dashboard import access
+from agents import access, compare, inputs, overview
 from dashboard.checkpoint_views import diff_context
 
 

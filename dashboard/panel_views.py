@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from agents import inputs
-from dashboard import access, panels
+from agents import access, inputs
+from dashboard import panels
 
 # name in URLs → (the panel's page of items, the partial that renders it, what they are)
 PANELS = {

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 
-from agents import events, memory, pages
+from agents import access, events, memory, pages
 from agents.branches import in_ranges
 from agents.models import Approval, Artifact, Checkpoint, Event, Run, Session
 from agents.money import usd
-from dashboard import access, cards, fleet, stream
+from dashboard import cards, stream
+from dashboard.fleets import tree as fleet
 
 PANELS = ("run-header", "meters", "sessions", "memory", "checkpoints", "artifacts")
 # Inside the header: the status, the provider and an external agent's last contact. Sent alone

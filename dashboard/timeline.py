@@ -16,7 +16,7 @@ from typing import Any
 
 from agents.branches import abandoned, in_ranges
 from agents.models import Run
-from dashboard import timeline_fleet
+from dashboard.fleets import timeline as timeline_fleet
 from dashboard.timeline_index import OPEN, TOOL, RunIndex
 
 DETAIL_ITEMS = 1500

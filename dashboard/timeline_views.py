@@ -11,9 +11,10 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from agents import inputs
+from agents import access, inputs
 from agents.models import Event, Run
-from dashboard import access, panels, stream, timeline, timeline_fleet, timeline_index
+from dashboard import panels, stream, timeline, timeline_index
+from dashboard.fleets import timeline as timeline_fleet
 from dashboard.forms import PolicyForm
 
 AROUND = 25  # events shown either side of the one a timeline bar leads to

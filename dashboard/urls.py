@@ -1,28 +1,24 @@
 from __future__ import annotations
 
-from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.templatetags.static import static
 from django.urls import path, register_converter
-from django.views.generic import RedirectView
 
-from api.main import api
 from dashboard import (
     checkpoint_views,
     connect_views,
     export_views,
     find_views,
-    fleet_views,
     health,
-    hooks,
     memory_views,
     overview_views,
     panel_views,
     reach_views,
-    schedule_views,
     timeline_views,
     views,
 )
+from dashboard.fleets import views as fleet_views
+from dashboard.schedules import hooks
+from dashboard.schedules import views as schedule_views
 
 
 class IdConverter:
@@ -135,10 +131,6 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("login/<uidb64>/<token>/", views.login_link, name="login-link"),
-    path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
-    # Browsers ask for /favicon.ico where a page names no icon (the admin's, a raw file).
-    path("favicon.ico", RedirectView.as_view(url=static("shiftlog/favicon.svg"))),
     path("hooks/<str:token>/", hooks.hook, name="hook"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

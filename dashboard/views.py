@@ -1,4 +1,4 @@
-"""The dashboard's pages. Views stay thin: access in dashboard.access, actions in agents.services
+"""The dashboard's pages. Views stay thin: access in agents.access, actions in agents.services
 and agents.approvals, the run page's panels in dashboard.panels and approval cards in
 dashboard.cards (the WebSocket pushes the same fragments)."""
 
@@ -24,7 +24,7 @@ from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import approvals, blobstore, inputs, overview, pages, reach, services
+from agents import access, approvals, blobstore, inputs, overview, pages, reach, services, streaming
 from agents.models import (
     Artifact,
     Event,
@@ -34,17 +34,9 @@ from agents.models import (
     RunStatus,
 )
 from agents.providers.scripted import builtin_script
-from dashboard import (
-    access,
-    cards,
-    fleet,
-    fleet_views,
-    inbox,
-    markup,
-    panels,
-    stream,
-    streaming,
-)
+from dashboard import cards, inbox, markup, panels, stream
+from dashboard.fleets import tree as fleet
+from dashboard.fleets import views as fleet_views
 from dashboard.forms import NewRunForm, PolicyForm, RuleFormSet, RunFilterForm
 from dashboard.redirects import safe_next
 

@@ -1,7 +1,7 @@
 """Real processes for tests: huey consumers, the reaper and helper scripts, on the test database.
 
 The in-process tests use tests.settings, whose huey lives in memory; these helpers start real
-`manage.py` processes with the production settings (dashboard.settings) pointed at the same
+`manage.py` processes with the production settings (shiftlog.settings) pointed at the same
 database (the SQLite file, or the PostgreSQL test database) and data folder as the test, and at a
 queue of the test's own (a SqliteHuey file, or a RedisHuey name). That is a real deployment, only
 with short timings, so what the tests see is what a real worker does.
@@ -120,12 +120,12 @@ def process_env(tmp_path: Path) -> dict[str, str]:
     env.pop("REDIS_URL", None)
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
             "SHIFTLOG_DATA_DIR": str(settings.DATA_DIR),
             "SHIFTLOG_WORKSPACES": str(settings.SHIFTLOG["WORKSPACE_ROOT"]),
             "SHIFTLOG_BLOBS": str(settings.SHIFTLOG["BLOB_ROOT"]),
             # The test's own address: a `serve` another test ran on this data folder recorded
-            # its own there (dashboard/settings.py), which a later process would read instead.
+            # its own there (shiftlog/settings.py), which a later process would read instead.
             "SHIFTLOG_BASE_URL": settings.SHIFTLOG_BASE_URL,
         }
     )

@@ -20,8 +20,8 @@ os.environ.setdefault("SHIFTLOG_DATA_DIR", _tmp)
 # /var/tmp is not emptied at boot as /tmp may be: remove the folder when the tests end.
 atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 
-from dashboard.settings import *  # noqa: E402,F403
-from dashboard.settings import HUEY  # noqa: E402
+from shiftlog.settings import *  # noqa: E402,F403
+from shiftlog.settings import HUEY  # noqa: E402
 
 HUEY = {**HUEY, "huey_class": "huey.MemoryHuey", "immediate": False}
 # The in-process tests run inside one transaction that a second thread's connection cannot see:

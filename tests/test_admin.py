@@ -34,7 +34,8 @@ def admin_client(client):
     ],
 )
 def test_every_model_has_an_admin_page(admin_client, model):
-    from agents import schedules, triggers
+    from agents.schedules import cron as schedules
+    from agents.schedules import triggers
 
     run = drive_until_idle(
         make_run(turns=[{"tool_calls": [{"name": "finish", "input": {"summary": "x"}}]}])

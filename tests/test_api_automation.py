@@ -10,8 +10,8 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import services
+from agents.models.schedules import Schedule, Trigger
 from agents.runspec import RunSpec
-from agents.schedule_models import Schedule, Trigger
 from api.models import ApiToken
 
 pytestmark = pytest.mark.django_db
@@ -100,7 +100,7 @@ def test_wake_a_paused_run_and_cancel_it(owner):
 
 
 def test_the_schedule_list_makes_no_query_per_schedule(owner, django_assert_max_num_queries):
-    from agents import schedules
+    from agents.schedules import cron as schedules
 
     run = services.create_run(RunSpec(goal="nightly", checks=["true"]), created_by=owner)
     for hour in range(6):

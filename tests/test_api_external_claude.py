@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agents import checkpoints
+from agents import rewinds
 from agents.models import Approval, Checkpoint, Event, ExternalCall, Run
 from api.models import ApiToken
 from tests.helpers import user_with
@@ -305,7 +305,7 @@ def test_a_rewind_is_told_to_the_agent_by_the_checkpoints_number(api, person):
     assert target.pk != target.number
     waiting = propose(api, run_id, "Bash", {"command": "rm -rf build"})
     assert waiting["decision"] == "ask"
-    checkpoints.rewind(run_id, target.pk, actor="user:dev", note="try the other fix")
+    rewinds.rewind(run_id, target.pk, actor="user:dev", note="try the other fix")
     told = api.get(f"/api/v1/tool-calls/{waiting['id']}").json()
     assert told["decision"] == "denied", told
     assert told["rewound"] == {
@@ -342,7 +342,7 @@ def test_pause_and_cancel_are_in_every_answer(api):
 
 
 def test_an_external_agents_first_message_names_no_tool_it_lacks(api):
-    from agents.memory_models import ProjectMemory
+    from agents.models.memory import ProjectMemory
 
     ProjectMemory.objects.create(project="shop", key="db", text="use sqlite in tests")
     run_id = make_external(api, project="shop")

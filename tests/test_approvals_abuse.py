@@ -10,11 +10,10 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents import approvals, checkpoints, lifecycle, reaper, services
+from agents import access, approvals, lifecycle, reaper, rewinds, services
 from agents.models import Approval, Checkpoint, Event, Run, RunStatus
 from agents.overview import compute
 from api.models import ApiToken
-from dashboard import access
 from tests.helpers import (
     call,
     client_for,
@@ -122,7 +121,7 @@ def test_a_fleet_child_cancelled_by_its_parents_rewind_discards_its_approvals(
     assert access.pending_count(boss) == 1
     start = Checkpoint.objects.get(run=parent, kind="run_start")
     with django_capture_on_commit_callbacks(execute=True):
-        checkpoints.rewind(parent.pk, start.pk, actor="user:bea")
+        rewinds.rewind(parent.pk, start.pk, actor="user:bea")
     kid.refresh_from_db()
     assert kid.status == RunStatus.CANCELLED
     assert_nothing_waits(kid, boss)

@@ -1,6 +1,8 @@
 """The shape of the house, held against the code: imports run one way (no circle among the
 modules of agents/, dashboard/ and api/, deferred imports counted), no module over 700 lines, no class
-over 350, and neither dashboard/ nor api/ is ever imported by agents/. See docs/architecture.md."""
+over 350, neither dashboard/ nor api/ is ever imported by agents/, api/ never imports dashboard/
+(the two meet in the project shell, shiftlog/), and the core never imports a feature (fleets,
+schedules, rewinds: they reach it through agents/hooks.py). See docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.no_services
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agents", "dashboard", "api")
+PACKAGES = ("agents", "dashboard", "api", "shiftlog")
 MAX_MODULE_LINES = 700
 MAX_CLASS_LINES = 350
 
@@ -136,6 +138,113 @@ def test_the_domain_never_imports_the_dashboard():
         if m.startswith("agents")
     }
     assert {m: ts for m, ts in wrong.items() if m.startswith("agents") and ts} == {}
+
+
+def under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def crossings(
+    edges: dict[str, set[str]], importers: tuple[str, ...], imported: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """(a, b) for every import by a module under `importers` of a module under `imported`."""
+    return sorted(
+        (m, t)
+        for m, ts in edges.items()
+        if under(m, importers)
+        for t in ts
+        if under(t, imported) and not under(t, importers)
+    )
+
+
+def test_the_crossing_finder_finds_a_crossing():  # a positive control for the tests below
+    edges = {"api.x": {"dashboard.y", "agents.z"}, "dashboard.y": {"agents.z"}, "agents.z": set()}
+    assert crossings(edges, ("api",), ("dashboard",)) == [("api.x", "dashboard.y")]
+    assert crossings(edges, ("dashboard",), ("api",)) == []
+    assert not under("dashboards.y", ("dashboard",))
+
+
+def test_the_api_never_imports_the_dashboard():
+    # What both need (who sees what, streamed downloads) lives below both, in agents/.
+    assert crossings(graph(), ("api",), ("dashboard",)) == []
+
+
+def test_the_apps_meet_only_in_the_project_shell():
+    # The dashboard's urls name no API view: shiftlog/urls.py puts the two side by side, and
+    # nothing of the apps imports the project shell (settings are read through django.conf).
+    edges = graph()
+    assert crossings(edges, ("dashboard",), ("api",)) == []
+    assert crossings(edges, ("agents", "api", "dashboard"), ("shiftlog",)) == []
+    assert "api.main" in edges["shiftlog.urls"]
+
+
+# --- features as packages (agents/hooks.py) ---------------------------------------------------
+FEATURES = ("agents.fleets", "agents.schedules", "agents.rewinds")
+# What puts the house together may name every feature: the app's ready() (it registers the
+# features' hooks), the tasks, the admin, the management commands.
+ROOTS = ("agents.apps", "agents.tasks", "agents.admin", "agents.management")
+# The core's imports of a feature that remain, each for a reason; the list only shrinks.
+KNOWN = {
+    # The reaper asks again for rewinds whose task was lost.
+    ("agents.reaper", "agents.rewinds"),
+}
+
+
+def core_imports_of_features(
+    edges: dict[str, set[str]], known=frozenset()
+) -> list[tuple[str, str]]:
+    """(core module, feature module) for every import of a feature by the core: the modules of
+    agents/ that are neither a feature's nor one of the ROOTS."""
+    return sorted(
+        (m, t)
+        for m, ts in edges.items()
+        if under(m, ("agents",)) and not under(m, FEATURES + ROOTS)
+        for t in ts
+        if under(t, FEATURES) and (m, t) not in known
+    )
+
+
+def test_every_known_exception_is_still_there():  # the list only shrinks: a gone one is struck
+    assert set(core_imports_of_features(graph())) >= KNOWN
+
+
+def test_the_feature_rule_finds_a_core_import_of_a_feature():  # a positive control
+    edges = {
+        "agents.lifecycle": {"agents.fleets.cascade", "agents.hooks"},
+        "agents.fleets.cascade": {"agents.lifecycle", "agents.hooks"},
+        "agents.apps": {"agents.fleets.cascade"},
+        "agents.hooks": set(),
+    }
+    assert core_imports_of_features(edges) == [("agents.lifecycle", "agents.fleets.cascade")]
+
+
+def test_the_core_never_imports_a_feature():
+    # The status machine, checkpoints and services call hooks; features register with them.
+    edges = graph()
+    assert core_imports_of_features(edges, KNOWN) == []
+    for module in ("agents.lifecycle", "agents.services", "agents.rewinds"):
+        assert "agents.hooks" in edges[module], module  # the core's side: it calls the hooks
+
+
+def test_features_import_only_the_core_and_themselves():
+    edges = graph()
+    wrong = [
+        (m, t)
+        for feature in FEATURES
+        for m, t in crossings(edges, (feature,), tuple(f for f in FEATURES if f != feature))
+    ]
+    assert wrong == []
+    assert all(any(under(m, (f,)) for m in edges) for f in FEATURES)  # the features are there
+
+
+def test_the_features_register_their_hooks():
+    from agents import hooks
+    from agents.fleets import cascade, parent
+
+    assert cascade.status_changed in hooks.status_changed._functions
+    assert cascade.cascade in hooks.controlled._functions
+    assert cascade.rewound in hooks.rewound._functions
+    assert parent.Fleet in hooks.slice_part._functions
 
 
 def test_no_module_or_class_is_too_big():

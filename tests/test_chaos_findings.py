@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 from huey import RedisHuey
 
-from agents import checkpoints, jobs, reaper, services
+from agents import jobs, reaper, rewinds, services
 from agents.models import Event, Run, RunStatus
 from agents.runspec import RunSpec
 from tests.helpers import drive_until_idle, run_queued
@@ -115,7 +115,7 @@ def test_a_rewind_whose_task_was_lost_is_asked_again_and_carried_out_once(
     target = run.checkpoints.get(kind="session_end")
     drain_queue()
     with django_capture_on_commit_callbacks(execute=True):
-        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia", note="again")
+        rewinds.request_rewind(run.pk, target.pk, actor="user:olivia", note="again")
     request = run.events.get(kind="run.rewind_requested")
     lost = drain_queue()  # the task is lost (a worker died with it, or the queue restarted)
     assert [name for name, _ in lost] == ["rewind_run"]
@@ -125,7 +125,7 @@ def test_a_rewind_whose_task_was_lost_is_asked_again_and_carried_out_once(
     reap()
     assert [n for n, _ in drain_queue()] == []
     # Past it, with no outcome in the log, the reaper asks again.
-    later = timezone.now() + timedelta(seconds=checkpoints.REWIND_WAIT_SECONDS + 11)
+    later = timezone.now() + timedelta(seconds=rewinds.REWIND_WAIT_SECONDS + 11)
     reap(now=later)
     reap(now=later)  # the fresh task is still queued: asked once more, not a loop
     again = [t for t in drain_queue() if t[0] == "rewind_run"]
@@ -148,7 +148,7 @@ def test_after_the_queue_lost_everything_an_open_rewind_is_asked_again_at_once(
     run = drive_until_idle(services.create_demo_run(created_by=owner))
     target = run.checkpoints.get(kind="session_end")
     with django_capture_on_commit_callbacks(execute=True):
-        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia")
+        rewinds.request_rewind(run.pk, target.pk, actor="user:olivia")
     fresh_queue.storage.flush_all()  # the queue restarts empty, the task with it
     reap()
     assert run_queued("rewind_run")
@@ -161,7 +161,7 @@ def test_a_task_from_before_this_change_still_rewinds(owner, django_capture_on_c
     run = drive_until_idle(services.create_demo_run(created_by=owner))
     target = run.checkpoints.get(kind="session_end")
     with django_capture_on_commit_callbacks(execute=True):
-        assert checkpoints.carry_out_rewind(
+        assert rewinds.carry_out_rewind(
             run.pk, target.pk, actor="user:olivia", note="", until=time.time() + 60
         )
     assert run.events.filter(kind="run.rewound").count() == 1

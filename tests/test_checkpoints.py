@@ -12,7 +12,7 @@ from itertools import pairwise
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents import checkpoints, services, workspaces
+from agents import checkpoints, rewinds, services, workspaces
 from agents.blobstore import BlobStore
 from agents.branches import abandoned, in_ranges
 from agents.models import Artifact, Checkpoint, Event, Run, RunStatus, WebhookDelivery
@@ -100,9 +100,9 @@ def test_a_rewind_to_a_checkpoint_of_an_abandoned_branch_resumes_that_branch(dec
     assert run.status == RunStatus.AWAITING_APPROVAL
     start = run.checkpoints.get(kind="run_start")
     later = run.checkpoints.get(kind="session_end")
-    checkpoints.rewind(run.pk, start.pk, actor="user:dana")
+    rewinds.rewind(run.pk, start.pk, actor="user:dana")
     assert in_ranges(later.seq, Event.objects.abandoned_ranges(run.pk))
-    checkpoints.rewind(run.pk, later.pk, actor="user:dana")
+    rewinds.rewind(run.pk, later.pk, actor="user:dana")
     live = Event.objects.on_live_branch(run.pk)
     assert live.filter(seq=later.seq).exists()
     assert workspace_tree(run) == later.tree
@@ -132,7 +132,7 @@ def test_rewinding_the_demo_to_a_mid_run_checkpoint_and_it_continues_to_success(
         for e in Event.objects.filter(run=run, kind="model.turn", seq__gt=target.seq)
     ]
     assert spent  # session 2 took turns: they are what the rewind discards
-    discarded = checkpoints.rewind(run.pk, target.pk, actor="user:dana", note="go carefully")
+    discarded = rewinds.rewind(run.pk, target.pk, actor="user:dana", note="go carefully")
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     # The workspace is exactly the checkpoint's tree again.
@@ -473,7 +473,7 @@ def test_a_rewind_records_the_tokens_dollars_and_artifacts_it_discards(fake_api,
     assert after_second.parent == after_first
     assert pre_approval.parent == after_second
 
-    checkpoints.rewind(run.pk, after_first.pk, actor="user:dana")
+    rewinds.rewind(run.pk, after_first.pk, actor="user:dana")
     rewound = Event.objects.get(run=run, kind="run.rewound").payload
     # The second and third turns: sonnet-4-5 at $3/M input and $15/M output.
     assert rewound["tokens"] == 2000 + 200 + 500 + 50
@@ -592,7 +592,7 @@ def test_a_requested_rewind_waits_for_the_runs_worker_and_pauses_it_without_a_we
     target = run.checkpoints.get(kind="session_end")
     queued_task_names()  # start from an empty queue
     with django_capture_on_commit_callbacks(execute=True):
-        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia", note="slowly")
+        rewinds.request_rewind(run.pk, target.pk, actor="user:olivia", note="slowly")
     # The request changed nothing but the log, and queued the work.
     run.refresh_from_db()
     assert run.status == RunStatus.AWAITING_APPROVAL
@@ -603,7 +603,7 @@ def test_a_requested_rewind_waits_for_the_runs_worker_and_pauses_it_without_a_we
     )
     later = time.time() + 60
     with django_capture_on_commit_callbacks(execute=True):
-        assert not checkpoints.carry_out_rewind(
+        assert not rewinds.carry_out_rewind(
             run.pk, target.pk, actor="user:olivia", note="slowly", until=later
         )
     run.refresh_from_db()
@@ -613,7 +613,7 @@ def test_a_requested_rewind_waits_for_the_runs_worker_and_pauses_it_without_a_we
     # Once the worker lets go, the next attempt rewinds and queues the run again.
     Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)
     with django_capture_on_commit_callbacks(execute=True):
-        assert checkpoints.carry_out_rewind(
+        assert rewinds.carry_out_rewind(
             run.pk, target.pk, actor="user:olivia", note="slowly", until=later
         )
     run.refresh_from_db()
@@ -632,7 +632,7 @@ def test_a_requested_rewind_gives_up_with_a_reason_when_it_cannot_be_done(owner)
     Run.objects.filter(pk=run.pk).update(
         lease_owner="worker:stuck", lease_expires_at=timezone.now() + timedelta(seconds=30)
     )
-    assert checkpoints.carry_out_rewind(
+    assert rewinds.carry_out_rewind(
         run.pk, target.pk, actor="user:olivia", note="", until=time.time() - 1
     )
     error = run.events.get(kind="error")
@@ -641,9 +641,9 @@ def test_a_requested_rewind_gives_up_with_a_reason_when_it_cannot_be_done(owner)
     assert not run.events.filter(kind="run.rewound").exists()
     # A run that ended meanwhile is not rewound either, and the log says why.
     services.cancel_run(run.pk, actor="user:olivia")
-    assert checkpoints.carry_out_rewind(
+    assert rewinds.carry_out_rewind(
         run.pk, target.pk, actor="user:olivia", note="", until=time.time() + 60
     )
     assert "the run is cancelled" in run.events.filter(kind="error").last().payload["message"]
     with pytest.raises(checkpoints.CheckpointError, match="fork it from the checkpoint"):
-        checkpoints.request_rewind(run.pk, target.pk, actor="user:olivia")
+        rewinds.request_rewind(run.pk, target.pk, actor="user:olivia")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import approvals, checkpoints, services
+from agents import approvals, rewinds, services
 from agents.models import Approval, Event, Run
 from tests.claude_stage import CHECKS, Stage, _why_not, text, tool_use
 
@@ -105,7 +105,7 @@ def test_a_rewind_a_pause_and_a_handoff_with_claude_code(tmp_path, namespace_pro
     run = Run.objects.get()
     assert (repo / "notes.txt").exists()
     start = run.checkpoints.filter(kind="upload").order_by("number").first()
-    checkpoints.rewind(run.pk, start.pk, actor="user:boss", note="start again, keep build")
+    rewinds.rewind(run.pk, start.pk, actor="user:boss", note="start again, keep build")
     second = stage.wait(
         "the next session's call",
         lambda: Approval.objects.filter(status="pending").exclude(pk=first.pk).first(),

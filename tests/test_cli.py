@@ -263,7 +263,7 @@ def test_tail_run_json_names_a_session_by_its_number_in_the_run(decider):
 
 
 def test_show_run_json_says_what_made_a_run(owner):
-    from agents import schedules
+    from agents.schedules import cron as schedules
 
     template = drive_until_idle(make_run(created_by=owner, goal="nightly"))
     schedule = schedules.create(template, "0 3 * * *", actor="user:olivia")

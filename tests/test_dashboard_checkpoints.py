@@ -9,7 +9,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from agents import checkpoints, services
+from agents import checkpoints, rewinds, services
 from agents.models import Approval, Checkpoint, Event, Run
 from tests.helpers import approve_pending, client_for, drive_until_idle, make_run, run_queued
 
@@ -66,7 +66,7 @@ def test_the_timeline_costs_the_same_queries_with_many_checkpoints(
     for i in range(15):
         (run.workspace_path / f"f{i}.txt").write_text(str(i))
         checkpoints.create(run.pk, kind="manual", label=f"step {i}")
-    checkpoints.rewind(run.pk, run.checkpoints.order_by("seq")[3].pk, actor="test")
+    rewinds.rewind(run.pk, run.checkpoints.order_by("seq")[3].pk, actor="test")
     with django_assert_num_queries(len(one)):
         html = c.get(f"/runs/{run.pk}/").content.decode()
     assert html.count('<li id="checkpoint-') == 16 and "abandoned by rewind" in html
@@ -149,7 +149,7 @@ def test_the_rewind_panel_shows_what_would_be_discarded_and_changes_nothing(owne
     )
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html
-    plan = checkpoints.plan_rewind(waiting_run, end)
+    plan = rewinds.plan_rewind(waiting_run, end)
     assert f"<b>{plan.events}</b> events after #{end.seq}" in html
     assert "Sessions started after it: 2" in html and "textstats.py" in html
     assert "The waiting approval is discarded" in html and "tool.call" in html
@@ -209,7 +209,7 @@ def test_rewinding_from_the_dashboard_and_the_run_continues(
 
 def test_older_pages_mark_abandoned_events_too(owner, waiting_run):
     end = cp(waiting_run, "session_end")
-    checkpoints.rewind(waiting_run.pk, end.pk, actor="test")
+    rewinds.rewind(waiting_run.pk, end.pk, actor="test")
     upto = waiting_run.last_seq
     html = (
         client_for(owner)

@@ -18,8 +18,10 @@ from django.test import Client
 
 from agents import eventlog, services
 from agents.models import Event
-from dashboard import fanout, hub, live, stream, tail
-from dashboard.routing import websocket_urlpatterns
+from dashboard import stream
+from dashboard.live import fanout, hub, tail
+from dashboard.live import feed as live
+from shiftlog.routing import websocket_urlpatterns
 from tests.helpers import drive_until_idle, make_run
 from tests.procs import Procs
 
@@ -86,7 +88,7 @@ def test_an_anonymous_socket_is_refused():
 
 
 def test_the_real_stack_checks_the_session_and_the_origin(owner):
-    from dashboard.asgi import application
+    from shiftlog.asgi import application
 
     client = Client()
     client.force_login(owner)
@@ -357,7 +359,7 @@ def test_a_push_carries_only_the_panels_its_events_change(owner):
 
 
 def test_a_rewind_discards_waiting_approvals_and_the_inbox_and_count_follow_live(owner):
-    from agents import checkpoints
+    from agents import rewinds
     from agents.models import Approval
 
     run = drive_until_idle(services.create_demo_run(created_by=owner))
@@ -369,7 +371,7 @@ def test_a_rewind_discards_waiting_approvals_and_the_inbox_and_count_follow_live
         header = WebsocketCommunicator(as_user(owner), "/ws/live/")
         inbox = WebsocketCommunicator(as_user(owner), "/ws/live/approvals/")
         assert (await header.connect())[0] and (await inbox.connect())[0]
-        await database_sync_to_async(checkpoints.rewind)(run.pk, target.pk, actor="user:olivia")
+        await database_sync_to_async(rewinds.rewind)(run.pk, target.pk, actor="user:olivia")
         count = await receive_until(header, lambda t: 'id="approval-count"' in t)
         assert ">0</span>" in count, count
         cards = await receive_until(
@@ -395,7 +397,7 @@ def test_a_runs_list_push_reads_its_rows_in_one_query_however_many_change(owner)
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.consumers import LiveConsumer
+    from dashboard.live.consumers import LiveConsumer
 
     consumer = LiveConsumer()
     consumer.user, consumer.mode, consumer.query = owner, "list", {}

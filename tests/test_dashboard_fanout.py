@@ -1,4 +1,4 @@
-"""The live fan-out (dashboard.fanout): a run's batch is rendered once per permission set
+"""The live fan-out (dashboard.live.fanout): a run's batch is rendered once per permission set
 present among its viewers, never once per viewer, and every viewer still gets exactly its own
 set's fragment, each event once, in order, nothing lost: in one process, and with two real
 daphne processes on the same run (with Redis each listens once and fans out to its own)."""
@@ -24,7 +24,8 @@ from django.test import Client
 
 from agents import eventlog, services
 from agents.models import Event
-from dashboard import fanout, stream
+from dashboard import stream
+from dashboard.live import fanout
 from tests.helpers import make_run
 from tests.procs import Procs
 from tests.test_dashboard_consumers import as_user, receive_until, seqs
@@ -197,7 +198,7 @@ def test_two_daphne_processes_each_render_once_per_permission_set(owner, viewer,
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
         procs.spawn(
             f"daphne-{i}",
-            [*argv, "dashboard.asgi:application"],
+            [*argv, "shiftlog.asgi:application"],
             procs.env(SHIFTLOG_METRICS_TOKEN=token, SHIFTLOG_LOG_LEVEL="WARNING"),
         )
 
@@ -273,7 +274,8 @@ def test_after_redis_restarts_empty_the_hub_listener_joins_again_and_pages_catch
     from the database what was committed while nobody here was listening."""
     from channels_redis.core import RedisChannelLayer
 
-    from dashboard import hub, live
+    from dashboard.live import feed as live
+    from dashboard.live import hub
 
     port = free_port()
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents import checkpoints, services
+from agents import checkpoints, rewinds, services
 from agents.approvals import decide
 from agents.models import Approval, Event, Run, RunStatus
 from tests.helpers import approve_pending, drive_until_idle, kinds
@@ -156,7 +156,7 @@ def assert_dash_ending(run: Run) -> None:
 
 def test_rewound_to_the_end_of_session_1_with_a_note_about_dashes(waiting, decider):
     target = waiting.checkpoints.get(kind="session_end")
-    checkpoints.rewind(waiting.pk, target.pk, actor="user:dana", note="A lone dash is not a word.")
+    rewinds.rewind(waiting.pk, target.pk, actor="user:dana", note="A lone dash is not a word.")
     run = drive_until_idle(waiting)
     assert run.status == RunStatus.AWAITING_APPROVAL  # session 2's steps again, risky one too
     approve_pending(run, decider)
@@ -167,7 +167,7 @@ def test_rewound_to_the_end_of_session_1_with_a_note_about_dashes(waiting, decid
 
 def test_rewound_to_the_checkpoint_before_the_approval_with_a_note_about_hyphens(waiting, decider):
     target = waiting.checkpoints.get(kind="pre_approval")
-    checkpoints.rewind(waiting.pk, target.pk, actor="user:dana", note="Mind the hyphens")
+    rewinds.rewind(waiting.pk, target.pk, actor="user:dana", note="Mind the hyphens")
     run = succeeded(waiting)  # nothing waits: the discarded approval is not asked again
     assert_dash_ending(run)
     assert run.sessions.order_by("-index").first().turns == 1
@@ -175,7 +175,7 @@ def test_rewound_to_the_checkpoint_before_the_approval_with_a_note_about_hyphens
 
 def test_a_rewind_note_about_something_else_changes_nothing(waiting, decider):
     target = waiting.checkpoints.get(kind="pre_approval")
-    checkpoints.rewind(waiting.pk, target.pk, actor="user:dana", note="go carefully")
+    rewinds.rewind(waiting.pk, target.pk, actor="user:dana", note="go carefully")
     run = succeeded(waiting)
     assert last_choice(run) == {"at": "turns[8]", "branch": "else"}
     ending_as_before(files(run))

@@ -147,9 +147,9 @@ def test_an_artifact_download_streams_under_asgi_too(owner):
     """A FileResponse under ASGI would be read whole into memory: it is served chunk by chunk."""
     from asgiref.sync import async_to_sync
 
+    from agents import streaming
     from agents.blobstore import BlobStore
     from agents.models import Artifact
-    from dashboard import streaming
 
     run = make_run(created_by=owner)
     data = bytes(range(256)) * 1024  # 256 KiB: several chunks

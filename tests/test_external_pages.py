@@ -15,10 +15,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agents import overview, services
+from agents.access import Rights
 from agents.models import Approval, Run, RunStatus
 from agents.runspec import RunSpec
 from dashboard import panels
-from dashboard.access import Rights
 from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +134,7 @@ def test_the_state_is_for_those_who_may_see_the_run(owner, outsider):
 # --- the same template pushed and in every page ------------------------------------------------
 def test_pushes_render_the_same_marks(owner):
     """The run list's row and the header's panels, as the socket sends them."""
-    from dashboard.consumers import render_row
+    from dashboard.live.consumers import render_row
 
     run = external(owner, silent=300, heartbeat=60, status=RunStatus.RUNNING)
     row = render_row(Run.objects.filter(pk=run.pk).for_list().first())

@@ -11,8 +11,10 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 
-from agents import approvals, checkpoints, fleet_spawn, fleets, reaper, services
-from agents.fleet_demo import create_fleet_demo_run
+from agents import approvals, reaper, rewinds, services
+from agents.fleets import spawn as fleet_spawn
+from agents.fleets import tree as fleets
+from agents.fleets.demo import create_fleet_demo_run
 from agents.management.commands.rewind_run import describe_discarded
 from agents.models import Approval, Checkpoint, Event, FleetChild, Run, RunStatus
 from agents.runtime.loop import drive
@@ -541,7 +543,7 @@ def test_a_parent_rewound_to_before_its_spawn_cancels_those_children_and_spawns_
     assert parent.status == RunStatus.WAITING_FOR_CHILDREN
     (old,) = children_of(parent)
     before = Checkpoint.objects.get(run=parent, kind="run_start")
-    plan = checkpoints.rewind(parent.pk, before.pk, actor="user:pat", dry_run=True)
+    plan = rewinds.rewind(parent.pk, before.pk, actor="user:pat", dry_run=True)
     assert plan.children == [old.pk]
     assert f"run {old.pk}" in "\n".join(describe_discarded(plan))
     page = client_for(owner).get(f"/runs/{parent.pk}/checkpoints/{before.number}/rewind")
@@ -549,7 +551,7 @@ def test_a_parent_rewound_to_before_its_spawn_cancels_those_children_and_spawns_
     assert f'href="/runs/{old.pk}/"' in page.content.decode()
 
     with django_capture_on_commit_callbacks(execute=True):
-        checkpoints.rewind(parent.pk, before.pk, actor="user:pat")
+        rewinds.rewind(parent.pk, before.pk, actor="user:pat")
     old.refresh_from_db()
     assert old.status == "cancelled"
     assert events(old, "fleet.cascade") == [
@@ -591,7 +593,7 @@ def test_a_parent_rewound_to_before_a_merge_merges_that_child_again(decider):
     assert parent.status == RunStatus.AWAITING_APPROVAL, parent.status_reason
     assert FleetChild.objects.get(child=kid).merge_state == "applied"
     before = Checkpoint.objects.get(run=parent, label__startswith="before merge_children")
-    checkpoints.rewind(parent.pk, before.pk, actor="user:pat")
+    rewinds.rewind(parent.pk, before.pk, actor="user:pat")
     assert not (parent.workspace_path / "a.txt").exists()
     # The merge the rewind took out is to be made again: the next merge_children makes it.
     assert FleetChild.objects.get(child=kid).merge_state == ""
@@ -614,7 +616,7 @@ def test_a_child_that_ended_on_a_branch_a_rewind_abandoned_is_never_merged():
     (old,) = children_of(parent)
     assert drive_until_idle(old).status == "succeeded"  # the parent is queued, to merge it
     start = Checkpoint.objects.get(run=parent, kind="run_start")
-    assert checkpoints.rewind(parent.pk, start.pk, actor="user:pat").children == []
+    assert rewinds.rewind(parent.pk, start.pk, actor="user:pat").children == []
     parent = drive_until_idle(parent)  # the spawn again: a new child
     _, new = children_of(parent)
     assert drive_until_idle(new).status == "succeeded"

@@ -1,4 +1,4 @@
-"""Fleet read side: descendants and the rolled-up spend (agents/fleets.py)."""
+"""Fleet read side: descendants and the rolled-up spend (agents/fleets/tree.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from agents.fleets import descendant_ids, rollup
+from agents.fleets.tree import descendant_ids, rollup
 from agents.models import LIVE_STATUSES, Run, RunStatus
 
 pytestmark = pytest.mark.django_db

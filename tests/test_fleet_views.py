@@ -369,7 +369,7 @@ def test_a_childs_checks_at_its_latest_checkpoint_show_as_passing_of_all(owner):
 
 
 def test_a_grouped_lists_socket_never_prepends_new_rows():
-    from dashboard.consumers import LiveConsumer
+    from dashboard.live.consumers import LiveConsumer
 
     socket = LiveConsumer()
     socket.query = {"page": "1"}

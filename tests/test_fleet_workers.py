@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agents.fleet_demo import create_fleet_demo_run
+from agents.fleets.demo import create_fleet_demo_run
 from agents.models import Approval, Event, FleetChild, Run, RunStatus
 from tests.helpers import call, finish_turn, make_run, script
 from tests.procs import dump_events, wait_for

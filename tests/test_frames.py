@@ -1,10 +1,10 @@
-"""Pushed fragments grouped into messages that parse as they read (dashboard/frames.py)."""
+"""Pushed fragments grouped into messages that parse as they read (dashboard/live/frames.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dashboard.frames import frames
+from dashboard.live.frames import frames
 
 pytestmark = pytest.mark.no_services
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents import checkpoints, memory, policy
+from agents import checkpoints, memory, policy, rewinds
 from agents.models import Checkpoint, Event, EventKind, ProjectMemory, Session
 from tests.helpers import call, drive_until_idle, finish_turn, make_run
 
@@ -90,7 +90,7 @@ def test_a_rewind_forgets_what_was_learned_after_the_checkpoint(db):
     assert run.status == "awaiting_approval", run.status_reason
     assert memory_of(run) == {"a": "learned in session one", "b": "learned in session two"}
     end_of_one = Checkpoint.objects.get(run=run, kind="session_end", session__index=1)
-    checkpoints.rewind(run.pk, end_of_one.pk, actor="user:dana", note="again")
+    rewinds.rewind(run.pk, end_of_one.pk, actor="user:dana", note="again")
     assert memory_of(run) == {"a": "learned in session one"}
     # The next session's wake-up knows a, not b; the agent learns b again on the new branch.
     drive_until_idle(run)

@@ -1,4 +1,4 @@
-"""Three-way merges of a child's change into a parent's workspace (agents/merging.py), on real
+"""Three-way merges of a child's change into a parent's workspace (agents/fleets/merging.py), on real
 snapshot trees: clean text merges, conflicts of every kind, modes, deletions, and a symlink of
 the parent's that leads outside the workspace."""
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import merging, sandbox
+from agents import sandbox
 from agents.blobstore import BlobStore
+from agents.fleets import merging
 from agents.snapshots import Snapshots
 
 

@@ -202,7 +202,7 @@ def test_collected_static_files_have_hashed_names_and_a_new_deploy_is_fetched_at
     from django.core.management import call_command
     from django.test import AsyncClient
 
-    from dashboard import settings as production
+    from shiftlog import settings as production
 
     src = tmp_path / "src"
     shutil.copytree(production.STATICFILES_DIRS[0], src)

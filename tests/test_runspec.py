@@ -14,10 +14,11 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from agents import checkpoints, schedules, services, workspaces
-from agents.fleet_spawn import ChildPlan, _create_child
+from agents import checkpoints, services, workspaces
+from agents.fleets.spawn import ChildPlan, _create_child
 from agents.models import Run
 from agents.runspec import RunError, RunSpec
+from agents.schedules import cron as schedules
 from api.models import ApiToken
 from tests.helpers import client_for, drive_until_idle, finish_turn, script, user_with
 
@@ -227,7 +228,7 @@ def test_a_fleet_child_keeps_its_parents_settings_but_what_it_is_given(owner):
 
 
 def test_the_demos_are_made_from_a_spec(owner):
-    from agents.fleet_demo import create_fleet_demo_run
+    from agents.fleets.demo import create_fleet_demo_run
 
     demo = services.create_demo_run(owner, turn_delay_seconds=0)
     assert (demo.goal, demo.max_turns_per_session) == (services.DEMO_GOAL, 4)

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
-from agents import schedules, services, triggers
+from agents import services
 from agents.models import Run, Schedule, Trigger
 from agents.runspec import RunSpec
+from agents.schedules import cron as schedules
+from agents.schedules import triggers
 from tests.helpers import client_for, make_run
 
 pytestmark = pytest.mark.django_db

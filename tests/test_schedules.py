@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agents import schedules, services
+from agents import services
 from agents.models import EventKind, Overlap, Run, RunScript, RunStatus, Schedule
+from agents.schedules import cron as schedules
 from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
@@ -224,7 +225,7 @@ def test_a_failed_tick_is_recorded_and_the_schedule_moves_on(tmp_path):
 
 
 def test_schedule_events_are_append_only():
-    from agents.schedule_models import ImmutableScheduleEvent
+    from agents.models.schedules import ImmutableScheduleEvent
 
     schedule = schedules.create(template(), "0 * * * *", actor="t", now=T0)
     event = schedule.events.get()

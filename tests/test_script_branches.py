@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents import checkpoints, reaper, sandbox, services
+from agents import checkpoints, reaper, rewinds, sandbox, services
 from agents.approvals import decide
 from agents.models import Approval, Event, Run, RunScript, RunStatus
 from agents.providers.scripted import ScriptError, validate_script
@@ -161,7 +161,7 @@ def rewound(with_note: str, **when) -> Run:
     """Turn 0 waits for a person; rewound to before it `with_note`, then driven on."""
     run = asking(point((when, ending("matched.txt")), otherwise=ending("else.txt")))
     target = run.checkpoints.get(kind="pre_approval")
-    checkpoints.rewind(run.pk, target.pk, actor="user:dana", note=with_note)
+    rewinds.rewind(run.pk, target.pk, actor="user:dana", note=with_note)
     return drive_until_idle(run)
 
 

@@ -226,7 +226,7 @@ def test_web_only_serves_without_a_worker_and_stops_cleanly(tmp_path):
     log = tmp_path / "web.log"
     with log.open("wb") as out:
         handle = subprocess.Popen(
-            [sys.executable, "-m", "dashboard.cli", "web", "--port", str(port)],
+            [sys.executable, "-m", "shiftlog.cli", "web", "--port", str(port)],
             env=process_env(tmp_path),
             stdout=out,
             stderr=subprocess.STDOUT,

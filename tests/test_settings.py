@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dashboard.settings import ImproperlyConfigured, env_bool, env_number
+from shiftlog.settings import ImproperlyConfigured, env_bool, env_number
 
 # Settings are read from the environment of fresh processes: nothing here for the
 # PostgreSQL + Redis pass to repeat.
@@ -33,7 +33,7 @@ def test_env_helpers_fail_loudly_on_bad_values(monkeypatch):
 def _check(env_overrides: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
     }
     env.update(env_overrides)
@@ -63,7 +63,7 @@ def test_database_url_and_redis_url_switch_database_queue_channel_layer_and_live
     )
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
         "DATABASE_URL": "postgres://someone@db.example:5433/shiftlog",
         "REDIS_URL": "redis://cache.example:6380/2",
@@ -88,7 +88,7 @@ def test_the_embedded_defaults_are_sqlite_wal_immediate_and_a_separate_huey_file
     assert db["ENGINE"] == "django.db.backends.sqlite3"
     assert db["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert "journal_mode=WAL" in db["OPTIONS"]["init_command"]
-    from dashboard import settings as real
+    from shiftlog import settings as real
 
     assert real.HUEY["huey_class"] == "agents.worker.SqliteHuey"
     assert real.HUEY["filename"] != db["NAME"]
@@ -114,7 +114,7 @@ def test_a_bad_global_tool_policy_stops_start_up_saying_what_is_wrong(tmp_path, 
 def test_the_people_in_the_loop_settings_are_read_from_the_environment(tmp_path):
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
         "SHIFTLOG_WEBHOOK_URLS": "http://a.example/hook,https://b.example/hook",
         "SHIFTLOG_TOOL_POLICY": '[{"tool": "bash", "pattern": "^git push", "action": "deny"}]',
@@ -143,7 +143,7 @@ def test_the_people_in_the_loop_settings_are_read_from_the_environment(tmp_path)
 def test_shiftlog_https_makes_the_deployment_checks_pass_for_cookies_redirect_and_hsts(tmp_path):
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
         "SECRET_KEY": "x" * 60 + "-a-long-random-enough-key-for-the-deploy-check",
         "ALLOWED_HOSTS": "shiftlog.example",
@@ -198,7 +198,7 @@ def _sqlite_synchronous(tmp_path, **env_overrides: str) -> subprocess.CompletedP
         "c = connection.cursor(); print(c.execute('PRAGMA synchronous').fetchone()[0])"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DATABASE_URL"))}
-    env.update({"DJANGO_SETTINGS_MODULE": "dashboard.settings", "SHIFTLOG_DATA_DIR": str(tmp_path)})
+    env.update({"DJANGO_SETTINGS_MODULE": "shiftlog.settings", "SHIFTLOG_DATA_DIR": str(tmp_path)})
     env.update(env_overrides)
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
@@ -229,7 +229,7 @@ def test_postgres_connections_come_from_a_bounded_pool_of_a_set_size(tmp_path):
     )
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
         "DATABASE_URL": "postgres://someone@db.example:5433/shiftlog",
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import checkpoints, services
+from agents import checkpoints, rewinds, services
 from agents.models import Checkpoint, Run, RunStatus
 from agents.runspec import RunSpec
 from tests.helpers import approve_pending, drive_until_idle
@@ -42,7 +42,7 @@ def test_a_soak_run_and_a_rewound_one_lose_nothing(decider):
     rewound = drive_until_idle(soak_run(2, risky=True))
     assert rewound.status == RunStatus.AWAITING_APPROVAL, rewound.status_reason
     earlier = Checkpoint.objects.filter(run=rewound).order_by("seq")[1]
-    checkpoints.rewind(rewound.pk, earlier.pk, actor="user:eve")
+    rewinds.rewind(rewound.pk, earlier.pk, actor="user:eve")
     for _ in range(3):
         rewound = drive_until_idle(rewound)
         if rewound.status != RunStatus.AWAITING_APPROVAL:

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agents import checkpoints, lifecycle, services, telemetry
+from agents import lifecycle, rewinds, services, telemetry
 from agents.branches import in_ranges
 from agents.models import Event, EventKind, RunStatus
 from tests.helpers import (
@@ -229,7 +229,7 @@ def test_exporting_a_run_again_makes_the_same_trace(decider):
 def test_a_rewound_runs_abandoned_branch_is_marked(decider):
     run = drive_until_idle(services.create_demo_run())
     target = run.checkpoints.get(kind="session_end")
-    checkpoints.rewind(run.pk, target.pk, actor="user:dana")
+    rewinds.rewind(run.pk, target.pk, actor="user:dana")
     run = drive_until_idle(run)
     approve_pending(run, decider)
     run = drive_until_idle(run)
@@ -422,7 +422,7 @@ def test_export_trace_fails_when_the_collector_does_not_take_the_trace(monkeypat
 def test_a_collector_url_that_is_not_http_stops_start_up(tmp_path):
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
         "SHIFTLOG_DATA_DIR": str(tmp_path),
         "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
     }

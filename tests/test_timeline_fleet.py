@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Run
-from dashboard import timeline_fleet, timeline_index
+from dashboard import timeline_index
+from dashboard.fleets import timeline as timeline_fleet
 from tests.helpers import client_for
 from tests.test_timeline import HAND_MADE, hand_made, ms
 from tests.timeline_runs import turn, write_log

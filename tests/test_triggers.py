@@ -10,8 +10,8 @@ import json
 import pytest
 from django.test import Client
 
-from agents import triggers
 from agents.models import EventKind, Run, Trigger, TriggerDelivery
+from agents.schedules import triggers
 from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db

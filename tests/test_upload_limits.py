@@ -68,7 +68,7 @@ def server(tmp_path):
     procs = Procs(tmp_path)
     port = free_port()
     argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    web = procs.spawn("daphne", [*argv, "dashboard.asgi:application"], procs.env())
+    web = procs.spawn("daphne", [*argv, "shiftlog.asgi:application"], procs.env())
 
     def up() -> bool:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):

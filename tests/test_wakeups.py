@@ -1,5 +1,5 @@
 """Pushed, not polled: the API's long polls are woken by a commit in another process
-(dashboard.wakeups), and the SQLite queue's idle consumer thread by an enqueue from another
+(agents.wakeups), and the SQLite queue's idle consumer thread by an enqueue from another
 process (agents.worker.WakingSqliteStorage). The fallback looks are set out of reach, so a wake
 that does not come fails the test instead of being covered by a look."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from agents import wakeups
 from agents.worker import WakingSqliteStorage
-from dashboard import wakeups
 from tests.helpers import make_run
 from tests.procs import process_env
 
@@ -32,7 +32,7 @@ def test_a_commit_in_another_process_wakes_a_long_poll(tmp_path, monkeypatch) ->
         import django
         django.setup()
         from agents import eventlog
-        from dashboard import hub
+        from dashboard.live import hub
         eventlog.append(int(sys.argv[1]), "harness.message", {"text": "hi"}, actor="test")
         hub.pusher.flush()  # with Redis: published before this process exits
         """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from agents import checkpoints, workspaces
+from agents import checkpoints, rewinds, workspaces
 from agents.models import Approval, Event, Run, RunStatus
 from agents.snapshots import Snapshots
 from tests.helpers import (
@@ -179,7 +179,7 @@ def test_a_rewind_needs_no_folder_and_the_next_worker_restores_the_checkpoint(
     run = drive_until_idle(make_run(turns=writes_then_risky_step(), checks=[CHECK]))
     target = run.checkpoints.order_by("number").first()  # the run's start: empty
     move_to_host(cache, tmp_path / "web", "web")
-    checkpoints.rewind(run.pk, target.pk, actor="user:dana")
+    rewinds.rewind(run.pk, target.pk, actor="user:dana")
     run.refresh_from_db()
     assert run.workspace_tree == target.tree
     assert not run.workspace_path.exists()  # the rewind wrote no folder here

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agents import inputs, schedules
+from agents import inputs
 from agents.management.base import BaseCommand, fail
+from agents.schedules import cron as schedules
 
 
 def when(at: datetime | None, tz: str = "UTC") -> str:

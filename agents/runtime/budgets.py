@@ -8,7 +8,7 @@ import time
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from agents import fleets, isolation, reach
+from agents import hooks, isolation, reach
 from agents.eventlog import NewEvent
 from agents.isolation import MIB
 from agents.models import EventKind, PauseCause, Run, RunStatus
@@ -27,8 +27,8 @@ class Budgets:
         tokens, cost = run.total_tokens, run.cost_usd
         if (run.max_tokens or run.max_cost_usd) and run.children.exists():
             # A fleet's parent spends through its children too.
-            spent = fleets.rollup(run)
-            tokens, cost = spent.tokens, spent.cost_usd
+            for spent in hooks.spent_with_children.collect(run):
+                tokens, cost = spent.tokens, spent.cost_usd
         limits = [
             ("tokens", tokens, run.max_tokens, "max tokens ({limit}) reached"),
             ("cost", cost, run.max_cost_usd, "max cost (${limit}) reached"),

@@ -20,13 +20,12 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import checkpoints, dbconn, memory, sandbox
+from agents import checkpoints, dbconn, hooks, memory, sandbox
 from agents.eventlog import NewEvent
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime import ledger
 from agents.runtime.conversation import INTERRUPTED
 from agents.runtime.finish import Finish
-from agents.runtime.fleet import Fleet
 from agents.runtime.gate import Cleared, Gate, GatedCall
 from agents.runtime.network import Network
 from agents.runtime.sessions import Sessions
@@ -67,10 +66,11 @@ class Calls:
         sessions: Sessions,
         finish: Finish,
         network: Network,
-        fleet: Fleet | None = None,
     ) -> None:
         self.s = s
-        self.fleet = fleet or Fleet(s, gate)
+        # Features' parts of the slice (a fleet's parent), through the hooks they register.
+        self.parts = hooks.slice_part.collect(s, gate)
+        self.tools = {name: run for part in self.parts for name, run in part.tools.items()}
         self.gate = gate
         self.network = network
         self.sessions = sessions
@@ -163,10 +163,8 @@ class Calls:
             )
         elif name == "finish":
             self.finish.finish(block)
-        elif name == "spawn_runs":
-            self.fleet.spawn(block, tool_input)
-        elif name == "merge_children":
-            self.fleet.merge(block, tool_input)
+        elif name in self.tools:  # a feature's harness tool (spawn_runs, merge_children)
+            self.tools[name](block, tool_input)
 
     def _sandbox(
         self, name: str, tool_input: dict[str, Any], *, validated: bool = True
@@ -210,7 +208,7 @@ class Calls:
         the last turn that never started (those a person has decided since, among them)."""
         s = self.s
         interrupted, not_started = s.conv.unfinished_tool_uses()
-        # Done again, not closed: the fleet's calls (idempotent, agents/runtime/fleet.py), finish.
+        # Done again, not closed: the fleet's calls (idempotent, agents/fleets/parent.py), finish.
         retried = [b for b in interrupted if b["name"] in RETRIED]
         interrupted = [b for b in interrupted if b["name"] not in RETRIED]
         for block in retried:

@@ -176,7 +176,8 @@ class Driver:
             self._contain()
             self.network.start()
             self.sessions.open()
-            self.calls.fleet.at_start()
+            for part in self.calls.parts:
+                part.at_start()
             self.network.tell_decisions()
             self.finish.config.tell_decisions()
             self.calls.recover()

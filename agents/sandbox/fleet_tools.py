@@ -1,5 +1,5 @@
 """The fleet tools' schemas: spawning child runs and merging their work back (the runtime runs
-them: agents/runtime/fleet.py)."""
+them: agents/fleets/parent.py)."""
 
 from __future__ import annotations
 

@@ -18,14 +18,14 @@ import os
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shiftlog.settings")
 django.setup()  # before the app's modules, which import its models
 
 from channels.db import database_sync_to_async  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from dashboard import hub, tail  # noqa: E402
-from dashboard.asgi import application as shiftlog  # noqa: E402
+from dashboard.live import hub, tail  # noqa: E402
+from shiftlog.asgi import application as shiftlog  # noqa: E402
 
 sockets: set = set()
 feed: asyncio.Task | None = None

@@ -138,7 +138,7 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
         env.update(
             {
-                "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+                "DJANGO_SETTINGS_MODULE": "shiftlog.settings",
                 "PYTHONUNBUFFERED": "1",
                 "DATABASE_URL": f"{PG_SERVER.rstrip('/')}/{self.database}",
                 "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
@@ -225,7 +225,7 @@ class Cluster:
         daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port)]
         web_env = self.on_host(env, "web")
         self.web = Proc(
-            "web", [*daphne, "dashboard.asgi:application"], web_env, self.logs / "web.log"
+            "web", [*daphne, "shiftlog.asgi:application"], web_env, self.logs / "web.log"
         )
         for p in [*self.workers, self.web, self.reaper]:
             p.start()

@@ -196,7 +196,7 @@ class Person:
         )
 
     def _rewind(self, run_id: int, status: str) -> None:
-        from agents import checkpoints
+        from agents import rewinds
         from agents.models import Checkpoint
 
         cps = list(Checkpoint.objects.filter(run_id=run_id).values_list("pk", flat=True))
@@ -204,7 +204,7 @@ class Person:
             target = self.rng.choice(cps[:-1])
             self.attempt(
                 "rewind",
-                checkpoints.request_rewind,
+                rewinds.request_rewind,
                 run_id,
                 target,
                 actor="user:chaos",

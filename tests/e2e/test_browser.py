@@ -178,7 +178,7 @@ def test_killing_daphne_mid_stream_loses_and_doubles_nothing(pages, eve, tmp_pat
         "127.0.0.1",
         "-p",
         str(port),
-        "dashboard.asgi:application",
+        "shiftlog.asgi:application",
     ]
     try:
         web = procs.spawn("daphne", daphne, env)
@@ -229,7 +229,7 @@ def test_the_runs_list_row_follows_its_run_live_while_an_approval_waits(pages, e
     """A runs-list push that carries the header's approval count once put the count's <span>
     before the row's <tr> in one message: htmx parses a message in a <template>, where Chromium
     then dropped the row's <tr>/<td> tags, and the row was not updated (htmx:oobErrorNoTarget).
-    Rows and the count now go in messages of their own (dashboard/frames.py)."""
+    Rows and the count now go in messages of their own (dashboard/live/frames.py)."""
     with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0.25") as base:
         lister = pages()
         log_in(lister, base)

@@ -53,7 +53,7 @@ def test_a_person_approves_claude_codes_risky_call_in_the_browser(
     try:
         port = free_port()
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        web.spawn("daphne", [*argv, "dashboard.asgi:application"], serve_env(tmp_path))
+        web.spawn("daphne", [*argv, "shiftlog.asgi:application"], serve_env(tmp_path))
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/accounts/login/", timeout=60)
         spec = RunSpec(goal="Write done.txt saying yes", checks=CHECKS, provider="external")

@@ -76,7 +76,7 @@ def test_the_runs_list_shows_new_runs_and_status_changes_live(pages, eve, tmp_pa
 
 
 def test_a_rewind_clears_the_badge_and_the_inbox_card_live(pages, eve, tmp_path):
-    from agents import checkpoints
+    from agents import rewinds
 
     with serving(tmp_path, SHIFTLOG_DEMO_TURN_DELAY="0") as base:
         page = pages()
@@ -86,7 +86,7 @@ def test_a_rewind_clears_the_badge_and_the_inbox_card_live(pages, eve, tmp_path)
         wait_js(page, "document.querySelector('.approval.a-pending') !== null", timeout=90_000)
         assert page.inner_text("#approval-count").strip() == "1"
         target = Run.objects.get(pk=run.pk).checkpoints.get(kind="session_end")
-        checkpoints.rewind(run.pk, target.pk, actor="user:eve")
+        rewinds.rewind(run.pk, target.pk, actor="user:eve")
         wait_js(page, "document.querySelector('#approval-count').textContent.trim() === '0'")
         card = page.locator(".approval").first
         wait_js(page, "document.querySelector('.approval.a-discarded') !== null")

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from agents import schedules, services
+from agents import services
 from agents.models import Schedule
 from agents.runspec import RunSpec
+from agents.schedules import cron as schedules
 from tests.e2e.helpers import CHROMIUM, log_in, serving
 from tests.e2e.test_accessibility import violations
 

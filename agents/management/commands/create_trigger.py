@@ -5,9 +5,9 @@ import secrets
 from django.conf import settings
 from django.urls import reverse
 
-from agents import triggers
 from agents.management.base import acting, fail, get_run, id_arg
 from agents.management.schedule_base import ScheduleCommand
+from agents.schedules import triggers
 
 
 class Command(ScheduleCommand):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agents.fleet_demo import create_fleet_demo_run
+from agents.fleets.demo import create_fleet_demo_run
 from agents.management.base import BaseCommand
 from agents.services import create_demo_run
 

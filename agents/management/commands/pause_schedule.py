@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from agents import schedules
 from agents.management.base import acting, id_arg
 from agents.management.schedule_base import ScheduleCommand
+from agents.schedules import cron as schedules
 
 
 class Command(ScheduleCommand):

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from agents import triggers
 from agents.management.base import id_arg
 from agents.management.schedule_base import ScheduleCommand
+from agents.schedules import triggers
 
 
 class Command(ScheduleCommand):

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import json
 
-from agents import checkpoints
+from agents import checkpoints, rewinds
 from agents.management.base import RunCommand, acting, fail, get_run, id_arg
 
 
-def describe_discarded(d: checkpoints.Discarded) -> list[str]:
+def describe_discarded(d: rewinds.Discarded) -> list[str]:
     lines = [
         f"  events after #{d.to_seq} (up to #{d.from_seq}): {d.events}"
         + (
@@ -56,7 +56,7 @@ class Command(RunCommand):
         _, actor = acting(o["user"])
         try:
             target = checkpoints.by_number(run.pk, o["to"])
-            discarded = checkpoints.rewind(
+            discarded = rewinds.rewind(
                 run.pk, target.pk, actor=actor, note=o["note"], dry_run=o["dry_run"]
             )
         except checkpoints.CheckpointError as e:

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from agents import schedules
 from agents.management.base import acting, fail, get_run, id_arg
 from agents.management.schedule_base import ScheduleCommand, when
 from agents.models import Overlap
+from agents.schedules import cron as schedules
 
 
 class Command(ScheduleCommand):

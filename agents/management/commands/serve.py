@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management import call_command
 
-from agents import schedules
 from agents.management.base import BaseCommand, fail
 from agents.reaper import reap
+from agents.schedules import cron as schedules
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -39,7 +39,7 @@ def served_url(host: str, port: int) -> str:
 
 
 def record_base_url(url: str) -> None:
-    """Keep the server's address in the data folder (dashboard/settings.py reads it)."""
+    """Keep the server's address in the data folder (shiftlog/settings.py reads it)."""
     path = settings.DATA_DIR / "server_url"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(url + "\n")
@@ -52,7 +52,7 @@ def manage_command() -> list[str]:
     manage = settings.BASE_DIR / "manage.py"
     if manage.exists():
         return [sys.executable, str(manage)]
-    return [sys.executable, "-m", "dashboard.cli", "manage"]
+    return [sys.executable, "-m", "shiftlog.cli", "manage"]
 
 
 class Command(BaseCommand):
@@ -96,9 +96,7 @@ class Command(BaseCommand):
             base_url = served_url(host, o["port"])
         child_env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": os.environ.get(
-                "DJANGO_SETTINGS_MODULE", "dashboard.settings"
-            ),
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "shiftlog.settings"),
             "SHIFTLOG_BASE_URL": base_url,
         }
         if "ALLOWED_HOSTS" not in os.environ and host not in settings.ALLOWED_HOSTS:
@@ -147,7 +145,7 @@ class Command(BaseCommand):
                 host,
                 "-p",
                 str(o["port"]),
-                "dashboard.asgi:application",
+                "shiftlog.asgi:application",
             ],
             start_new_session=True,
             preexec_fn=die_with_us,

@@ -6,7 +6,8 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from agents import events, fleets, overview, policy, verification
+from agents import events, overview, policy, verification
+from agents.fleets import tree as fleets
 from agents.management.base import RunCommand, get_run, id_arg
 from agents.models import ApprovalStatus, EventKind, Run
 from agents.runtime import prompts

@@ -12,10 +12,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from agents import access
 from agents.management.base import BaseCommand, fail
 from agents.models import Run
 from api.models import SCOPES, ApiToken, connect_command
-from dashboard import access
 
 
 def scopes_arg(text: str) -> list[str]:

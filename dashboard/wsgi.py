@@ -1,8 +1,0 @@
-from __future__ import annotations
-
-import os
-
-from django.core.wsgi import get_wsgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-application = get_wsgi_application()

@@ -1,0 +1,21 @@
+"""The project's root URLs: the admin, the API and the dashboard's pages side by side.
+
+The dashboard's own urls (dashboard/urls.py) name no API view: the two apps meet only here.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.templatetags.static import static
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from api.main import api
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    # Browsers ask for /favicon.ico where a page names no icon (the admin's, a raw file).
+    path("favicon.ico", RedirectView.as_view(url=static("shiftlog/favicon.svg"))),
+    path("", include("dashboard.urls")),
+]
