@@ -5,7 +5,6 @@ from django.urls import path, register_converter
 
 from dashboard import (
     checkpoint_views,
-    connect_views,
     export_views,
     find_views,
     health,
@@ -69,7 +68,6 @@ urlpatterns = [
     path("runs/<id:run_id>/find/", find_views.run_find, name="run-find"),
     path("runs/<id:run_id>/first-failure", find_views.first_failure, name="run-first-failure"),
     path("runs/<id:run_id>/note", views.run_note, name="run-note"),
-    path("runs/<id:run_id>/token", connect_views.run_token, name="run-token"),
     path("runs/<id:run_id>/policy", views.run_policy, name="run-policy"),
     path("runs/<id:run_id>/memory", memory_views.run_memory, name="run-memory"),
     path("runs/<id:run_id>/memory/change", memory_views.memory_change, name="memory-change"),

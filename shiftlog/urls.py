@@ -10,6 +10,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from api import connect_views
 from api.main import api
 
 urlpatterns = [
@@ -17,5 +18,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     # Browsers ask for /favicon.ico where a page names no icon (the admin's, a raw file).
     path("favicon.ico", RedirectView.as_view(url=static("shiftlog/favicon.svg"))),
+    # The run page's "Make a token for this run" (an API token, made by a person on the page).
+    path("runs/<int:run_id>/token", connect_views.run_token, name="run-token"),
     path("", include("dashboard.urls")),
 ]

@@ -1,5 +1,6 @@
 """The "Connect an agent" card of an external run: a token made for that run, shown once with the
-whole command (`shiftlog-claude --run N`). Only people who may drive the run may make one."""
+whole command (`shiftlog-claude --run N`). Only people who may drive the run may make one.
+A page of the API app (the token is the API's), routed by the project shell (shiftlog/urls.py)."""
 
 from __future__ import annotations
 
