@@ -76,6 +76,14 @@ def visible_approvals(user) -> QuerySet[Approval]:
     return Approval.objects.filter(run__in=visible_runs(user))
 
 
+def get_approval_for_user(user, approval_id: int) -> Approval:
+    """The approval, or 404 when it does not exist or its run is not the user's to see."""
+    try:
+        return visible_approvals(user).select_related("run__parent").get(pk=approval_id)
+    except Approval.DoesNotExist:
+        raise Http404("no such approval") from None
+
+
 def pending_approvals(user) -> QuerySet[Approval]:
     """What the inbox shows: the waiting tool calls of the runs the user may see, oldest first."""
     return (

@@ -429,13 +429,11 @@ def decision_fields(post) -> dict:
 @login_required
 @require_POST
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
-    approval = get_object_or_404(
-        access.visible_approvals(request.user).select_related("run__parent"), pk=approval_id
-    )
+    approval = access.get_approval_for_user(request.user, approval_id)
     error = ""
     status = 200
     try:
-        approvals.decide_as(approval.pk, user=request.user, **decision_fields(request.POST))
+        approvals.decide_as(approval_id, user=request.user, **decision_fields(request.POST))
     except approvals.NotAllowed as e:
         error, status = str(e), 403
     except approvals.ApprovalError as e:
