@@ -17,6 +17,9 @@ _tmp = tempfile.mkdtemp(
     prefix="shiftlog-test-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None
 )
 os.environ.setdefault("SHIFTLOG_DATA_DIR", _tmp)
+# An event whose payload its kind's model does not accept fails the test that writes it (and the
+# processes the tests start, which inherit this); a served product logs it and keeps the event.
+os.environ.setdefault("SHIFTLOG_STRICT_EVENTS", "1")
 # /var/tmp is not emptied at boot as /tmp may be: remove the folder when the tests end.
 atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 

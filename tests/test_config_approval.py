@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from agents import approvals, checkpoints, config_changes
+from agents import approvals, config_changes, rewinds
 from agents.models import (
     Approval,
     ApprovalSubject,
@@ -259,7 +259,7 @@ def test_an_approved_protected_file_is_the_baseline_also_after_a_rewind(tmp_path
     approvals.decide_as(approval.pk, user=decider, decision="approve", reason="the spec moved")
     if rewind:
         start = Checkpoint.objects.get(run=run, kind=CheckpointKind.RUN_START)
-        checkpoints.rewind(run.pk, start.pk, actor="user:dana")
+        rewinds.rewind(run.pk, start.pk, actor="user:dana")
     run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED, finish_outputs(run)[-1]
     assert "1 of 1 passed" in finish_outputs(run)[-1]

@@ -379,3 +379,19 @@ def test_the_run_page_renders_each_typed_kinds_fields_and_marks_failures(run):
         "check.tampered",
     }
     assert all(r.summary for r in rows)
+
+
+def test_a_served_product_keeps_an_event_its_model_refuses_and_logs_it(run, settings, caplog):
+    """Strict at write only where asked (the tests): served, a payload its kind's model refuses
+    (a field a new code path added, say) is kept as given and logged, so a run never fails over
+    the shape of its own record; an unknown kind is refused either way."""
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "STRICT_EVENTS": False}
+    run.refresh_from_db()
+    before = run.last_seq
+    with caplog.at_level("ERROR", logger="agents.events"):
+        eventlog.append(run.pk, "human.note", {"text": "hi", "mood": "odd"})
+    kept = Event.objects.get(run=run, seq=before + 1)
+    assert kept.payload == {"text": "hi", "mood": "odd"}
+    assert "human.note: payload refused by HumanNote (mood: Extra inputs" in caplog.text
+    with pytest.raises(EventPayloadError, match="is not an event kind"):
+        eventlog.append(run.pk, "no.such.kind", {})
