@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from agents import approvals, config_changes, rewinds
+from agents import approvals, checkpoints, config_changes, rewinds
 from agents.models import (
     Approval,
     ApprovalSubject,
