@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 
-.PHONY: test-container test-container-if-built container-deps run test test-chain-services test-chain-sqlite test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code openai-agents
+.PHONY: test-container test-container-if-built container-deps run test test-chain-services test-chain-sqlite test-chain-sqlite-second test-db-first test-db-second test-pure test-db test-services test-pages test-pages-first test-pages-second test-chaos test-pure-then-chaos chaos setup lint format bench clean system-deps sandbox browser claude-code openai-agents
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "Creating the virtualenv $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -72,21 +72,23 @@ run: setup sandbox
 
 # Every test on SQLite, then the ones whose behaviour can differ with the database, the queue or
 # the channel layer again on the PostgreSQL and Redis of this machine (skipped, saying so, when
-# they do not answer). Two at a time, each pytest with its own data folder and database: most
-# tests wait on processes, browsers and sockets rather than on the CPU. Two chains side by side:
+# they do not answer). Three at a time, each pytest with its own data folder and database: most
+# tests wait on processes, browsers and sockets rather than on the CPU. Three chains side by side:
 # the PostgreSQL + Redis pass, then the pure tests and the chaos minute (which so never shares
-# the database with that pass), then part of the browser tests; the SQLite pass, then the rest of
-# the browser tests. A chain goes on after a failing part, so one run shows every failure; -O
-# prints each chain's report whole.
+# the database with that pass); the first half of the SQLite pass, then part of the browser
+# tests; the second half, then the rest of the browser tests and the container. A chain goes on
+# after a failing part, so one run shows every failure; -O prints each chain's report whole.
 test: setup system-deps claude-code openai-agents
-	@$(MAKE) --no-print-directory -j2 -O test-chain-services test-chain-sqlite
+	@$(MAKE) --no-print-directory -j3 -O test-chain-services test-chain-sqlite test-chain-sqlite-second
 test-chain-services: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-services || st=1; \
-	  $(MAKE) --no-print-directory test-pure-then-chaos || st=1; \
-	  $(MAKE) --no-print-directory test-pages-second || st=1; exit $$st
+	  $(MAKE) --no-print-directory test-pure-then-chaos || st=1; exit $$st
 test-chain-sqlite: setup system-deps
-	@st=0; $(MAKE) --no-print-directory test-db || st=1; \
-	  $(MAKE) --no-print-directory test-pages-first || st=1; \
+	@st=0; $(MAKE) --no-print-directory test-db-first || st=1; \
+	  $(MAKE) --no-print-directory test-pages-first || st=1; exit $$st
+test-chain-sqlite-second: setup system-deps
+	@st=0; $(MAKE) --no-print-directory test-db-second || st=1; \
+	  $(MAKE) --no-print-directory test-pages-second || st=1; \
 	  $(MAKE) --no-print-directory test-container-if-built || st=1; exit $$st
 
 # The halves: code that touches no database (sandbox, shell, snapshots, policy, ...); everything
@@ -96,6 +98,12 @@ test-pure: setup
 	$(PY) -m pytest -m "no_services and not ui_only"
 test-db: setup
 	$(PY) -m pytest -m "not no_services and not ui_only"
+# test-db in two halves (make test runs them side by side): these files, then everything else.
+DB_FIRST := $(wildcard tests/test_[a-f]*.py)
+test-db-first: setup
+	$(PY) -m pytest -m "not no_services and not ui_only" $(DB_FIRST)
+test-db-second: setup
+	$(PY) -m pytest -m "not no_services and not ui_only" $(addprefix --ignore=,$(DB_FIRST))
 test-services: setup
 	$(PY) -m tests.postgres_redis
 test-pages: setup system-deps
