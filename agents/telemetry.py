@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
-from agents import events, jobs, trace_parts
+from agents import eventlog, events, jobs, trace_parts
 from agents import trace_content as content
 from agents.branches import in_ranges
 from agents.models import (
@@ -209,7 +209,10 @@ def ns(when: datetime) -> int:
 
 
 def preview(value: Any) -> str:
+    """A short preview, with the secrets the log knows of redacted (one configured since the
+    event was logged too)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    text = eventlog.redact(text)
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
