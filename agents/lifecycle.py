@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from agents import approval_endings, eventlog, hooks, notifications, reach, telemetry
+from agents import approval_endings, eventlog, hooks, notifications, reach, trace_parts
 from agents.models import EventKind, PauseCause, Run, RunStatus
 
 S = RunStatus
@@ -105,7 +105,7 @@ def transition(
         if target in TERMINAL:
             # The rest of the run's trace (its own span, what no session sent), by a worker
             # after commit: nobody waits on the collector (agents/telemetry.py).
-            telemetry.export_later(run_id)
+            trace_parts.export_later(run_id)
         # Features that follow a run's status (a fleet: agents/fleets/cascade.py).
         hooks.status_changed(run, current, actor)
     return run

@@ -10,7 +10,7 @@ of at most `PREVIEW_CHARS`; with SHIFTLOG_OTEL_CONTENT=1 the content goes in, cu
 (agents/trace_content.py).
 
 Ids are derived from the run and the events' seqs, so every build makes the same trace. With
-OTEL_EXPORTER_OTLP_ENDPOINT set, `export_later` queues `export_due` at each session's end and at
+OTEL_EXPORTER_OTLP_ENDPOINT set, `trace_parts.export_later` queues `export_due` at each session's end and at
 the run's (agents/runtime/sessions.py, agents/rewinds, agents/lifecycle.py): each session is sent
 once it ended, the run's own span once the run ended, all in one trace, each part once
 (agents/trace_parts.py). `manage.py export_trace` sends a whole run on demand. A collector that
@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
-from agents import eventlog, events, jobs, trace_parts
+from agents import eventlog, events, trace_parts
 from agents import trace_content as content
 from agents.branches import in_ranges
 from agents.models import (
@@ -95,7 +95,9 @@ def otlp_exporter(endpoint: str | None = None) -> SpanExporter:
     return OTLPSpanExporter(endpoint=traces_url(endpoint or settings.SHIFTLOG["OTEL_ENDPOINT"]))
 
 
-def export(run_id: int, exporter: SpanExporter | None = None) -> int | None:
+def export(
+    run_id: int, exporter: SpanExporter | None = None, *, with_content: bool | None = None
+) -> int | None:
     """Build run `run_id`'s whole trace and send it through `exporter` (the configured
     collector's by default), whatever was sent before (`export_trace` on demand). The number of
     spans sent, or None when the collector did not take them: logged as a warning, never
@@ -104,15 +106,8 @@ def export(run_id: int, exporter: SpanExporter | None = None) -> int | None:
     if run is None:
         log.warning("the trace of run %s was not exported: there is no such run", run_id)
         return None
-    spans = build(run)
+    spans = build(run, with_content=with_content)
     return len(spans) if _send(run_id, spans, exporter) else None
-
-
-def export_later(run_id: int) -> None:
-    """Queue `export_due` for the run once the current transaction commits, when a collector
-    is configured: at each session's end and at the run's (nobody waits on the collector)."""
-    if settings.SHIFTLOG["OTEL_ENDPOINT"]:
-        jobs.later("export_trace", run_id=run_id)
 
 
 def export_due(run_id: int, exporter: SpanExporter | None = None) -> int | None:
@@ -344,6 +339,7 @@ class _Trace:
     session_spans: dict[int, int] = field(default_factory=dict)  # span id -> session pk
     ended: set[int] = field(default_factory=set)  # sessions whose end is in the log
     given: dict[int | None, list[dict]] = field(default_factory=dict)  # content: model's input
+    with_content: bool = False
 
     # -- spans --
     def start(
@@ -450,7 +446,7 @@ class _Trace:
 
     # -- what the model is given (content only) --
     def give(self, row: _Row, message: dict[str, Any]) -> None:
-        if content.enabled():
+        if self.with_content:
             self.given.setdefault(row.session_id, []).append(message)
 
     def on_human_note(self, row: _Row) -> None:
@@ -497,7 +493,7 @@ class _Trace:
                 "shiftlog.turn.tool_calls": len(tool_uses),
                 "shiftlog.latency_ms": latency,
                 **content.turn_attributes(
-                    self.given.pop(row.session_id, []), blocks, p.stop_reason
+                    self.with_content, self.given.pop(row.session_id, []), blocks, p.stop_reason
                 ),
             },
             seq=row.seq,
@@ -530,7 +526,7 @@ class _Trace:
 
     def on_tool_call(self, row: _Row) -> None:
         span = self._tool_span(row, row.at, row.p.input)
-        span.set_attributes(content.tool_arguments(row.p.input))
+        span.set_attributes(content.tool_arguments(self.with_content, row.p.input))
         tool_use_id = str(row.p.tool_use_id or "")
         self.tools[tool_use_id] = _Open(span, row.session_id, row.seq)
 
@@ -546,7 +542,7 @@ class _Trace:
         output = p.output if isinstance(p.output, str) else ""
         data = p.data if isinstance(p.data, dict) else {}
         span.set_attribute("shiftlog.result_seq", row.seq)
-        span.set_attributes(content.tool_result(p.output))
+        span.set_attributes(content.tool_result(self.with_content, p.output))
         self.give(row, content.tool_response(tool_use_id, p.output))
         span.set_attribute("shiftlog.tool.output_chars", len(output))
         span.set_attribute("shiftlog.tool.is_error", row.failed)
@@ -649,12 +645,13 @@ class _Trace:
         span.end(end_time=row.at)
 
 
-def build(run: Run) -> list[ReadableSpan]:
-    """Run `run`'s trace, from its log: the finished spans, ready for any exporter."""
-    return _build(run)[0]
+def build(run: Run, *, with_content: bool | None = None) -> list[ReadableSpan]:
+    """Run `run`'s trace, from its log: the finished spans, ready for any exporter. With
+    content when asked for (`with_content`, else SHIFTLOG_OTEL_CONTENT)."""
+    return _build(run, with_content)[0]
 
 
-def _build(run: Run) -> tuple[list[ReadableSpan], _Trace]:
+def _build(run: Run, with_content: bool | None = None) -> tuple[list[ReadableSpan], _Trace]:
     ids = _Ids(trace_id_of(run))
     collect = _Collect()
     # Our own provider, never the global one; one per export, so no shutdown at exit either.
@@ -666,6 +663,7 @@ def _build(run: Run) -> tuple[list[ReadableSpan], _Trace]:
     provider.add_span_processor(collect)
     tracer = provider.get_tracer("shiftlog.telemetry")
     t = _Trace(run, tracer, ids, Event.objects.abandoned_ranges(run.pk), agent=agent_name(run))
+    t.with_content = content.enabled() if with_content is None else with_content
     t.session_index = dict(Session.objects.filter(run=run).values_list("pk", "index"))
     rows = (
         Event.objects.filter(run=run)

@@ -32,6 +32,7 @@ RESULT = "gen_ai.tool.call.result"
 
 
 def enabled() -> bool:
+    """Whether the operator asked for content (`export_trace --content` asks for one export)."""
     return bool(settings.SHIFTLOG["OTEL_CONTENT"])
 
 
@@ -86,9 +87,9 @@ def output_message(content: list[dict[str, Any]], stop_reason: str | None) -> di
 
 
 def turn_attributes(
-    given: list[dict[str, Any]], content: list[dict[str, Any]], stop_reason: str | None
+    on: bool, given: list[dict[str, Any]], content: list[dict[str, Any]], stop_reason: str | None
 ) -> dict[str, str]:
-    if not enabled():
+    if not on:
         return {}
     return {
         INPUT: messages(given),
@@ -96,13 +97,13 @@ def turn_attributes(
     }
 
 
-def tool_arguments(tool_input: Any) -> dict[str, str]:
-    if not enabled() or tool_input is None:
+def tool_arguments(on: bool, tool_input: Any) -> dict[str, str]:
+    if not on or tool_input is None:
         return {}
     return {ARGUMENTS: cut(as_text(tool_input))}
 
 
-def tool_result(output: Any) -> dict[str, str]:
-    if not enabled():
+def tool_result(on: bool, output: Any) -> dict[str, str]:
+    if not on:
         return {}
     return {RESULT: cut(as_text(output))}

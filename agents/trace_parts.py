@@ -1,5 +1,5 @@
-"""A run's trace in parts (agents/telemetry.py `export_due`): which span goes with which part,
-and the claims (TraceExport rows) that let each part be sent once.
+"""A run's trace in parts (agents/telemetry.py `export_due`): when an export is queued, which span
+goes with which part, and the claims (TraceExport rows) that let each part be sent once.
 
 A part is a session's spans (the session's span and everything under it) or the run's own (the
 root and what no session holds). A part is claimed before it is sent: two exports of one run (a
@@ -11,15 +11,28 @@ unsent by a worker that died is taken over after CLAIM_SECONDS.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from opentelemetry.sdk.trace import ReadableSpan
 
+from agents import jobs
 from agents.models import TraceExport
 
+if TYPE_CHECKING:  # the SDK is imported where traces are built, not where sessions end
+    from opentelemetry.sdk.trace import ReadableSpan
+
 CLAIM_SECONDS = 600
+
+
+def export_later(run_id: int) -> None:
+    """Queue the export of what is due of the run's trace (agents/telemetry.py `export_due`)
+    once the current transaction commits, when a collector is configured: at each session's
+    end and at the run's. Nobody waits on the collector."""
+    if settings.SHIFTLOG["OTEL_ENDPOINT"]:
+        jobs.later("export_trace", run_id=run_id)
 
 
 def parts(

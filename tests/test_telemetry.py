@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agents import lifecycle, rewinds, services, telemetry
+from agents import lifecycle, rewinds, services, telemetry, trace_parts
 from agents.branches import in_ranges
 from agents.models import Event, EventKind, RunStatus
 from tests.helpers import (
@@ -385,6 +385,8 @@ def test_export_trace_prints_the_spans_with_console(db):
         names.append(span["name"])
         at = end
     assert f"invoke_agent run {run.pk}" in names and "session 1" in names
+    assert "gen_ai.output.messages" not in out  # content only when asked for
+    assert '"gen_ai.output.messages"' in cli("export_trace", str(run.pk), "--console", "--content")
 
 
 @pytest.mark.parametrize(
@@ -493,7 +495,7 @@ def test_each_session_is_sent_when_it_ends_and_the_run_when_it_ends_in_one_trace
     posts = len(collector.received)
     assert telemetry.export_due(run.pk) == 0
     with django_capture_on_commit_callbacks(execute=True):
-        telemetry.export_later(run.pk)
+        trace_parts.export_later(run.pk)
     run_queued("export_trace")
     assert len(collector.received) == posts
     assert sorted(run.trace_exports.values_list("sent", flat=True)) == [True, True, True]
@@ -519,7 +521,6 @@ def test_a_claim_a_dead_worker_left_is_taken_over_and_a_live_one_is_not(db):
 
     from django.utils import timezone
 
-    from agents import trace_parts
     from agents.models import TraceExport
 
     run = drive_until_idle(make_run(turns=[finish_turn()]))
