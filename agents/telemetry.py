@@ -10,11 +10,11 @@ of at most `PREVIEW_CHARS`; with SHIFTLOG_OTEL_CONTENT=1 the content goes in, cu
 (agents/trace_content.py).
 
 Ids are derived from the run and the events' seqs, so every build makes the same trace. With
-OTEL_EXPORTER_OTLP_ENDPOINT set, `trace_parts.export_later` queues `export_due` at each session's end and at
-the run's (agents/runtime/sessions.py, agents/rewinds, agents/lifecycle.py): each session is sent
-once it ended, the run's own span once the run ended, all in one trace, each part once
-(agents/trace_parts.py). `manage.py export_trace` sends a whole run on demand. A collector that
-is down costs a warning in the log, never the run.
+OTEL_EXPORTER_OTLP_ENDPOINT set, `trace_parts.export_later` queues `export_due` at each
+session's end and at the run's (agents/runtime/sessions.py, agents/rewinds, agents/lifecycle.py):
+each session is sent once it ended, the run's own span once the run ended, all in one trace,
+each part once (agents/trace_parts.py). `manage.py export_trace` sends a whole run on demand.
+A collector that is down costs a warning in the log, never the run.
 """
 
 from __future__ import annotations
@@ -39,14 +39,7 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 from agents import eventlog, events, trace_parts
 from agents import trace_content as content
 from agents.branches import in_ranges
-from agents.models import (
-    Event,
-    EventKind,
-    ExternalDriver,
-    Run,
-    RunStatus,
-    Session,
-)
+from agents.models import Event, EventKind, ExternalDriver, Run, RunStatus, Session
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +47,6 @@ PREVIEW_CHARS = 200
 # Spans per export request (the SDK's batch processor sends at most this many at once too).
 BATCH_SIZE = 512
 TRACES_PATH = "v1/traces"
-
 SERVICE_NAME = "shiftlog"
 # Events that become span events (on their session's span, or the run's) rather than spans.
 MARKS = frozenset(

@@ -478,6 +478,7 @@ def test_each_session_is_sent_when_it_ends_and_the_run_when_it_ends_in_one_trace
     assert under == {s.span_id for s in early}
     assert any(s.name.startswith("chat ") for s in early)
     assert any(s.name.startswith("execute_tool ") for s in early)
+    assert not {a.key for s in early for a in s.attributes} & CONTENT_KEYS  # off by default
 
     approve_pending(run, decider)
     with django_capture_on_commit_callbacks(execute=True):
