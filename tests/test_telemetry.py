@@ -226,14 +226,25 @@ def test_exporting_a_run_again_makes_the_same_trace(decider):
     assert other[0].context.trace_id != first[0].context.trace_id
 
 
-def test_a_rewound_runs_abandoned_branch_is_marked(decider):
-    run = drive_until_idle(services.create_demo_run())
-    target = run.checkpoints.get(kind="session_end")
-    rewinds.rewind(run.pk, target.pk, actor="user:dana")
-    run = drive_until_idle(run)
-    approve_pending(run, decider)
-    run = drive_until_idle(run)
+def test_a_rewound_runs_abandoned_branch_is_marked(
+    decider, settings, memory_collector, django_capture_on_commit_callbacks
+):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "OTEL_ENDPOINT": "http://collector:4318"}
+    with django_capture_on_commit_callbacks(execute=True):
+        run = drive_until_idle(services.create_demo_run())
+        target = run.checkpoints.get(kind="session_end")
+        rewinds.rewind(run.pk, target.pk, actor="user:dana")
+        run = drive_until_idle(run)
+        approve_pending(run, decider)
+        run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED
+    run_queued("export_trace")
+    # Sent as sessions ended (the rewound one too) and the run ended: each span once, all of it.
+    sent = memory_collector.get_finished_spans()
+    assert sorted(s.context.span_id for s in sent) == sorted(
+        s.context.span_id for s in exported(run)
+    )
+    assert run.trace_exports.filter(sent=True).count() == 4  # three sessions and the run
     ranges = Event.objects.abandoned_ranges(run.pk)
     spans = exported(run)
     sessions = {s.attributes["shiftlog.session.index"]: s for s in starting_with(spans, "session ")}
