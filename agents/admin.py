@@ -24,6 +24,7 @@ from agents.models import (
     ScheduleEvent,
     Session,
     SlackMessage,
+    TraceExport,
     Trigger,
     WebhookDelivery,
 )
@@ -312,6 +313,17 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     @admin.display(description="event")
     def event(self, row):
         return row.payload.get("event", "")
+
+
+@admin.register(TraceExport)
+class TraceExportAdmin(ReadOnlyAdmin):
+    """Which parts of each run's trace the collector was sent (agents/trace_parts.py): a
+    session's, or the run's own (no session); claimed and not sent is being sent, or failed."""
+
+    list_display = ("id", "run", "session", "sent", "spans", "claimed_at")
+    list_select_related = ("run", "session")
+    list_filter = ("sent",)
+    search_fields = ("run__id",)
 
 
 @admin.register(RunScript)

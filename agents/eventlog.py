@@ -68,6 +68,12 @@ def _clean(value: Any, secrets: list[str]) -> Any:
     return value
 
 
+def redact(value: Any) -> Any:
+    """`value` with the secrets the log knows of redacted, as the log stores payloads: for
+    copies of logged text that leave the house (a trace's content, agents/trace_content.py)."""
+    return _clean(value, _secret_values())
+
+
 def _secret_values() -> list[str]:
     # Secrets never reach the log, even when a tool prints one it somehow got hold of.
     candidates = [

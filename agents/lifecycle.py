@@ -7,11 +7,10 @@ raises instead of being silently ignored.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import approval_endings, eventlog, hooks, jobs, notifications, reach
+from agents import approval_endings, eventlog, hooks, notifications, reach, trace_parts
 from agents.models import EventKind, PauseCause, Run, RunStatus
 
 S = RunStatus
@@ -103,10 +102,10 @@ def transition(
         if notify and (target in TERMINAL or target == S.PAUSED):
             news = "paused" if target == S.PAUSED else "ended"
             reach.run_news(run, news, f"{target}: {reason}" if reason else str(target))
-        if target in TERMINAL and settings.SHIFTLOG["OTEL_ENDPOINT"]:
-            # The run's whole trace, once, by a worker after commit: nobody waits on the
-            # collector (agents/telemetry.py).
-            jobs.later("export_trace", run_id=run_id)
+        if target in TERMINAL:
+            # The rest of the run's trace (its own span, what no session sent), by a worker
+            # after commit: nobody waits on the collector (agents/telemetry.py).
+            trace_parts.export_later(run_id)
         # Features that follow a run's status (a fleet: agents/fleets/cascade.py).
         hooks.status_changed(run, current, actor)
     return run

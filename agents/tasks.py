@@ -92,9 +92,10 @@ def mail_run_ended(*, run_id: int) -> int:
 
 @db_task()
 def export_trace(*, run_id: int) -> int | None:
+    # The parts of the run's trace that are due (ended sessions; the run's own once it ended).
     # One attempt: a collector that is down costs a warning in the log, not a retry loop here
-    # (the exporter retries briefly itself).
-    return telemetry.export(run_id)
+    # (the exporter retries briefly itself); the parts it did not take go with the next export.
+    return telemetry.export_due(run_id)
 
 
 @db_periodic_task(crontab(minute="*"))

@@ -4,13 +4,17 @@ The log is the truth, so the trace is built from it after the fact, with each sp
 from the events (`created_at`): one root span per run (`invoke_agent`), a span per session, and in
 each session its model turns (`chat`), tool calls (`execute_tool`), approvals and checks. The
 attributes follow the GenAI semantic conventions (`gen_ai.*`) where they say something, ours
-(`shiftlog.*`) elsewhere. No model text and no tool output goes in: sizes, and previews of at most
-`PREVIEW_CHARS`, so the trace stays small (payloads are redacted in the log already).
+(`shiftlog.*`) elsewhere; every span names the agent (`gen_ai.agent.name`: an external run's own
+agent, else "shiftlog"). By default no model text and no tool output goes in: sizes, and previews
+of at most `PREVIEW_CHARS`; with SHIFTLOG_OTEL_CONTENT=1 the content goes in, cut and redacted
+(agents/trace_content.py).
 
-Ids are derived from the run and the events' seqs, so exporting a run again makes the same trace.
-`agents.lifecycle` queues `export_trace` when a run ends and OTEL_EXPORTER_OTLP_ENDPOINT is set;
-`manage.py export_trace` exports any run on demand. A collector that is down costs a warning in
-the log, never the run.
+Ids are derived from the run and the events' seqs, so every build makes the same trace. With
+OTEL_EXPORTER_OTLP_ENDPOINT set, `trace_parts.export_later` queues `export_due` at each
+session's end and at the run's (agents/runtime/sessions.py, agents/rewinds, agents/lifecycle.py):
+each session is sent once it ended, the run's own span once the run ended, all in one trace,
+each part once (agents/trace_parts.py). `manage.py export_trace` sends a whole run on demand.
+A collector that is down costs a warning in the log, never the run.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
-from agents import events
+from agents import eventlog, events, trace_parts
+from agents import trace_content as content
 from agents.branches import in_ranges
-from agents.models import Event, EventKind, Run, RunStatus, Session
+from agents.models import Event, EventKind, ExternalDriver, Run, RunStatus, Session
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +87,50 @@ def otlp_exporter(endpoint: str | None = None) -> SpanExporter:
     return OTLPSpanExporter(endpoint=traces_url(endpoint or settings.SHIFTLOG["OTEL_ENDPOINT"]))
 
 
-def export(run_id: int, exporter: SpanExporter | None = None) -> int | None:
-    """Build run `run_id`'s trace and send it through `exporter` (the configured collector's by
-    default). The number of spans sent, or None when the collector did not take them: logged
-    as a warning, never raised, so whoever asked goes on."""
+def export(
+    run_id: int, exporter: SpanExporter | None = None, *, with_content: bool | None = None
+) -> int | None:
+    """Build run `run_id`'s whole trace and send it through `exporter` (the configured
+    collector's by default), whatever was sent before (`export_trace` on demand). The number of
+    spans sent, or None when the collector did not take them: logged as a warning, never
+    raised, so whoever asked goes on."""
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         log.warning("the trace of run %s was not exported: there is no such run", run_id)
         return None
-    spans = build(run)
+    spans = build(run, with_content=with_content)
+    return len(spans) if _send(run_id, spans, exporter) else None
+
+
+def export_due(run_id: int, exporter: SpanExporter | None = None) -> int | None:
+    """Send the parts of run `run_id`'s trace that are ready and not sent yet: each session
+    that has ended (its span and everything under it), and, once the run has ended, the run's
+    own span and the rest. All go in the run's one trace (the same trace id), so a collector
+    shows it growing session by session. Each part is claimed (a TraceExport row) before it is
+    sent, so a retried task, a second worker or a session's end processed again sends nothing
+    twice. The number of spans sent (0: nothing was due), or None when the collector did not
+    take them: the claims are given up, so the next export sends those parts."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        log.warning("the trace of run %s was not exported: there is no such run", run_id)
+        return None
+    spans, t = _build(run)
+    by_part = trace_parts.parts(spans, t.session_spans)
+    due = [pk for pk in by_part if pk is not None and (pk in t.ended or not run.is_live)]
+    if not run.is_live:
+        due.append(None)
+    claimed = [pk for pk in due if trace_parts.claim(run.pk, pk)]
+    if not claimed:
+        return 0
+    sending = [span for pk in claimed for span in by_part.get(pk, [])]
+    if not _send(run_id, sending, exporter):
+        trace_parts.give_up(run.pk, claimed)
+        return None
+    trace_parts.sent(run.pk, {pk: len(by_part.get(pk, [])) for pk in claimed})
+    return len(sending)
+
+
+def _send(run_id: int, spans: list[ReadableSpan], exporter: SpanExporter | None) -> bool:
     own = exporter is None
     if own:
         exporter = otlp_exporter()
@@ -103,14 +143,14 @@ def export(run_id: int, exporter: SpanExporter | None = None) -> int | None:
                     "not be reached",
                     run_id,
                 )
-                return None
+                return False
     except Exception:
         log.warning("the trace of run %s was not exported", run_id, exc_info=True)
-        return None
+        return False
     finally:
         if own:
             exporter.shutdown()
-    return len(spans)
+    return True
 
 
 # --- ids ------------------------------------------------------------------------------------
@@ -156,7 +196,10 @@ def ns(when: datetime) -> int:
 
 
 def preview(value: Any) -> str:
+    """A short preview, with the secrets the log knows of redacted (one configured since the
+    event was logged too)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    text = eventlog.redact(text)
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
@@ -170,6 +213,15 @@ def gen_ai(run: Run, operation: str) -> dict[str, str]:
     }
 
 
+def agent_name(run: Run) -> str:
+    """Who the agent is: an external run's own agent (the id it gave, agents/runtime/
+    external_driver.py), else Shiftlog, whose runtime drives the run."""
+    if run.is_external:
+        agent = ExternalDriver.objects.filter(run_id=run.pk).values_list("agent", flat=True)
+        return agent.first() or "external"
+    return SERVICE_NAME
+
+
 def run_attributes(run: Run, *, sessions: int) -> dict[str, Any]:
     usage = {
         "input_tokens": run.input_tokens,
@@ -180,7 +232,6 @@ def run_attributes(run: Run, *, sessions: int) -> dict[str, Any]:
     return {
         **gen_ai(run, "invoke_agent"),
         **usage_attributes(usage),
-        "gen_ai.agent.name": SERVICE_NAME,
         "gen_ai.agent.id": str(run.pk),
         "gen_ai.request.model": run.model,
         "shiftlog.run.goal": preview(run.goal),
@@ -276,6 +327,11 @@ class _Trace:
     checks: list[tuple[_Row, Span | None]] = field(default_factory=list)
     previous_at: int = 0
     root: Span | None = None
+    agent: str = SERVICE_NAME
+    session_spans: dict[int, int] = field(default_factory=dict)  # span id -> session pk
+    ended: set[int] = field(default_factory=set)  # sessions whose end is in the log
+    given: dict[int | None, list[dict]] = field(default_factory=dict)  # content: model's input
+    with_content: bool = False
 
     # -- spans --
     def start(
@@ -291,7 +347,11 @@ class _Trace:
     ) -> Span:
         self.ids.span_id = int.from_bytes(_digest(self.ids.trace_id, key)[:8]) or 1
         context = trace_api.set_span_in_context(parent) if parent is not None else None
-        attrs = {"gen_ai.conversation.id": str(self.run.pk), "shiftlog.run.id": self.run.pk}
+        attrs = {
+            "gen_ai.conversation.id": str(self.run.pk),
+            "gen_ai.agent.name": self.agent,
+            "shiftlog.run.id": self.run.pk,
+        }
         if seq is not None:
             attrs["shiftlog.seq"] = seq
             if in_ranges(seq, self.ranges):
@@ -368,15 +428,30 @@ class _Trace:
             row.seq,
             row.at,
             parent=self.root,
-            attributes={"shiftlog.session.index": index},
+            attributes={"shiftlog.session.index": index, "gen_ai.request.model": self.run.model},
             seq=row.seq,
         )
         self.sessions[row.session_id] = _Open(span, row.session_id, row.seq)
+        self.session_spans[span.get_span_context().span_id] = row.session_id
+        if row.p.first_message:
+            self.give(row, content.text_message("user", row.p.first_message))
+
+    # -- what the model is given (content only) --
+    def give(self, row: _Row, message: dict[str, Any]) -> None:
+        if self.with_content:
+            self.given.setdefault(row.session_id, []).append(message)
+
+    def on_human_note(self, row: _Row) -> None:
+        self.give(row, content.text_message("user", str(row.p.text or "")))
+
+    def on_harness_message(self, row: _Row) -> None:
+        self.give(row, content.text_message("user", str(row.p.text or "")))
 
     def on_session_ended(self, row: _Row) -> None:
         opened = self.sessions.pop(row.session_id, None)
         if opened is None:
             return
+        self.ended.add(row.session_id)
         reason = str(row.p.reason or "")
         opened.span.set_attribute("shiftlog.session.end_reason", reason)
         if reason == "failed":
@@ -388,8 +463,8 @@ class _Trace:
         usage = p.usage or {}
         latency = p.latency_ms
         start = row.at - int(latency * 1_000_000) if latency else self.previous_at or row.at
-        content = p.content or []
-        tool_uses = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+        blocks = p.content or []
+        tool_uses = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
         for block in tool_uses:
             self.asked_at[str(block.get("id"))] = row.at
         model = p.model or self.run.model
@@ -409,6 +484,9 @@ class _Trace:
                 "shiftlog.turn.text_chars": len(p.text or ""),
                 "shiftlog.turn.tool_calls": len(tool_uses),
                 "shiftlog.latency_ms": latency,
+                **content.turn_attributes(
+                    self.with_content, self.given.pop(row.session_id, []), blocks, p.stop_reason
+                ),
             },
             seq=row.seq,
         )
@@ -440,6 +518,7 @@ class _Trace:
 
     def on_tool_call(self, row: _Row) -> None:
         span = self._tool_span(row, row.at, row.p.input)
+        span.set_attributes(content.tool_arguments(self.with_content, row.p.input))
         tool_use_id = str(row.p.tool_use_id or "")
         self.tools[tool_use_id] = _Open(span, row.session_id, row.seq)
 
@@ -455,6 +534,8 @@ class _Trace:
         output = p.output if isinstance(p.output, str) else ""
         data = p.data if isinstance(p.data, dict) else {}
         span.set_attribute("shiftlog.result_seq", row.seq)
+        span.set_attributes(content.tool_result(self.with_content, p.output))
+        self.give(row, content.tool_response(tool_use_id, p.output))
         span.set_attribute("shiftlog.tool.output_chars", len(output))
         span.set_attribute("shiftlog.tool.is_error", row.failed)
         if isinstance(data.get("exit_code"), int):
@@ -556,8 +637,13 @@ class _Trace:
         span.end(end_time=row.at)
 
 
-def build(run: Run) -> list[ReadableSpan]:
-    """Run `run`'s trace, from its log: the finished spans, ready for any exporter."""
+def build(run: Run, *, with_content: bool | None = None) -> list[ReadableSpan]:
+    """Run `run`'s trace, from its log: the finished spans, ready for any exporter. With
+    content when asked for (`with_content`, else SHIFTLOG_OTEL_CONTENT)."""
+    return _build(run, with_content)[0]
+
+
+def _build(run: Run, with_content: bool | None = None) -> tuple[list[ReadableSpan], _Trace]:
     ids = _Ids(trace_id_of(run))
     collect = _Collect()
     # Our own provider, never the global one; one per export, so no shutdown at exit either.
@@ -568,7 +654,8 @@ def build(run: Run) -> list[ReadableSpan]:
     )
     provider.add_span_processor(collect)
     tracer = provider.get_tracer("shiftlog.telemetry")
-    t = _Trace(run, tracer, ids, Event.objects.abandoned_ranges(run.pk))
+    t = _Trace(run, tracer, ids, Event.objects.abandoned_ranges(run.pk), agent=agent_name(run))
+    t.with_content = content.enabled() if with_content is None else with_content
     t.session_index = dict(Session.objects.filter(run=run).values_list("pk", "index"))
     rows = (
         Event.objects.filter(run=run)
@@ -585,4 +672,4 @@ def build(run: Run) -> list[ReadableSpan]:
         last_at = max(last_at, row.at)
     t.finish(last_at)
     provider.shutdown()
-    return collect.spans
+    return collect.spans, t

@@ -577,9 +577,14 @@ SHIFTLOG = {
     "API_MAX_WAIT_SECONDS": env_number("SHIFTLOG_API_MAX_WAIT_SECONDS", 60.0, float),
     # An event stream is closed after this long; clients reconnect with Last-Event-ID.
     "API_STREAM_SECONDS": env_number("SHIFTLOG_API_STREAM_SECONDS", 600.0, float),
-    # An OpenTelemetry collector (OTLP over HTTP): each run that ends is sent to it as a trace
-    # (agents/telemetry.py). Empty: nothing is exported.
+    # An OpenTelemetry collector (OTLP over HTTP): each session that ends, and each run, is sent
+    # to it as part of the run's one trace (agents/telemetry.py). Empty: nothing is exported.
     "OTEL_ENDPOINT": _otel_endpoint(),
+    # Model and tool content on the spans (GenAI gen_ai.input/output.messages, the tool's
+    # arguments and result): off unless asked for; each text cut to OTEL_CONTENT_CHARS, secrets
+    # the log knows redacted (agents/trace_content.py).
+    "OTEL_CONTENT": env_bool("SHIFTLOG_OTEL_CONTENT", False),
+    "OTEL_CONTENT_CHARS": int(env_number("SHIFTLOG_OTEL_CONTENT_CHARS", 4000)),
     # Fleets (agents/fleets/spawn.py): how deep runs may spawn runs (a root is depth 0), and how
     # many children one spawn_runs call may start. Beyond them the tool answers with an error.
     "FLEET_MAX_DEPTH": int(env_number("SHIFTLOG_FLEET_MAX_DEPTH", 2)),

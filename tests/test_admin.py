@@ -31,6 +31,7 @@ def admin_client(client):
         "schedule",
         "scheduleevent",
         "trigger",
+        "traceexport",
     ],
 )
 def test_every_model_has_an_admin_page(admin_client, model):

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agents import lifecycle, rewinds, services, telemetry
+from agents import lifecycle, rewinds, services, telemetry, trace_parts
 from agents.branches import in_ranges
 from agents.models import Event, EventKind, RunStatus
 from tests.helpers import (
@@ -226,14 +226,25 @@ def test_exporting_a_run_again_makes_the_same_trace(decider):
     assert other[0].context.trace_id != first[0].context.trace_id
 
 
-def test_a_rewound_runs_abandoned_branch_is_marked(decider):
-    run = drive_until_idle(services.create_demo_run())
-    target = run.checkpoints.get(kind="session_end")
-    rewinds.rewind(run.pk, target.pk, actor="user:dana")
-    run = drive_until_idle(run)
-    approve_pending(run, decider)
-    run = drive_until_idle(run)
+def test_a_rewound_runs_abandoned_branch_is_marked(
+    decider, settings, memory_collector, django_capture_on_commit_callbacks
+):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "OTEL_ENDPOINT": "http://collector:4318"}
+    with django_capture_on_commit_callbacks(execute=True):
+        run = drive_until_idle(services.create_demo_run())
+        target = run.checkpoints.get(kind="session_end")
+        rewinds.rewind(run.pk, target.pk, actor="user:dana")
+        run = drive_until_idle(run)
+        approve_pending(run, decider)
+        run = drive_until_idle(run)
     assert run.status == RunStatus.SUCCEEDED
+    run_queued("export_trace")
+    # Sent as sessions ended (the rewound one too) and the run ended: each span once, all of it.
+    sent = memory_collector.get_finished_spans()
+    assert sorted(s.context.span_id for s in sent) == sorted(
+        s.context.span_id for s in exported(run)
+    )
+    assert run.trace_exports.filter(sent=True).count() == 4  # three sessions and the run
     ranges = Event.objects.abandoned_ranges(run.pk)
     spans = exported(run)
     sessions = {s.attributes["shiftlog.session.index"]: s for s in starting_with(spans, "session ")}
@@ -307,10 +318,11 @@ def test_a_driven_run_is_exported_when_it_succeeds(
     with django_capture_on_commit_callbacks(execute=True):
         run = drive_until_idle(make_run(turns=[finish_turn()]))
     assert run.status == RunStatus.SUCCEEDED
-    assert len(run_queued("export_trace")) == 1
-    assert [s.name for s in memory_collector.get_finished_spans()][-1] == (
-        f"invoke_agent run {run.pk}"
-    )
+    # Queued at the session's end and at the run's: the first sends all, the second nothing.
+    assert len(run_queued("export_trace")) == 2
+    spans = memory_collector.get_finished_spans()
+    assert len({s.context.span_id for s in spans}) == len(spans) == len(exported(run))
+    assert [s.name for s in spans][-1] == f"invoke_agent run {run.pk}"
 
 
 def test_without_a_collector_nothing_is_queued(
@@ -333,7 +345,9 @@ def test_a_collector_that_is_down_costs_a_warning_not_the_task(
         run = drive_until_idle(make_run(turns=[finish_turn()]))
     assert run.status == RunStatus.SUCCEEDED
     with caplog.at_level(logging.WARNING, logger="agents.telemetry"):
-        assert len(run_queued("export_trace")) == 1  # it ran, and raised nothing
+        # The session's end and the run's: both ran and raised nothing; nothing is marked sent.
+        assert len(run_queued("export_trace")) == 2
+    assert not run.trace_exports.exists()
     assert f"the trace of run {run.pk} was not exported" in caplog.text
     assert telemetry.export(run.pk + 1000) is None  # a run deleted meanwhile: a warning too
 
@@ -382,6 +396,8 @@ def test_export_trace_prints_the_spans_with_console(db):
         names.append(span["name"])
         at = end
     assert f"invoke_agent run {run.pk}" in names and "session 1" in names
+    assert "gen_ai.output.messages" not in out  # content only when asked for
+    assert '"gen_ai.output.messages"' in cli("export_trace", str(run.pk), "--console", "--content")
 
 
 @pytest.mark.parametrize(
@@ -440,3 +456,176 @@ def test_traces_url_follows_the_otlp_endpoint_convention():
     assert telemetry.traces_url("http://c/otel/v1/traces") == "http://c/otel/v1/traces"
     assert telemetry.preview("x" * 500) == "x" * 199 + "…"
     assert telemetry.preview({"a": 1}) == '{"a": 1}'
+
+
+# --- in time: a session's spans when it ends ------------------------------------------------
+def sent_spans(post) -> list:
+    request = ExportTraceServiceRequest.FromString(post["body"])
+    return [s for r in request.resource_spans for scope in r.scope_spans for s in scope.spans]
+
+
+def test_each_session_is_sent_when_it_ends_and_the_run_when_it_ends_in_one_trace_once(
+    collector, settings, decider, django_capture_on_commit_callbacks
+):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "OTEL_ENDPOINT": collector.url}
+    with django_capture_on_commit_callbacks(execute=True):
+        run = drive_until_idle(services.create_demo_run())
+    # Session 1 handed off; session 2 waits for a person: the run is far from over.
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    assert len(run_queued("export_trace")) == 1
+    (first,) = collector.received
+    assert first["path"] == "/v1/traces"
+    early = sent_spans(first)
+    trace_id = early[0].trace_id
+    (session_1,) = [s for s in early if s.name == "session 1"]
+    assert {s.trace_id for s in early} == {trace_id}
+    assert not [s for s in early if not s.parent_span_id]  # no root yet: the run goes on
+    assert "session 2" not in {s.name for s in early}
+    # Everything sent is session 1's: its span, and what lies under it.
+    under = {session_1.span_id}
+    for span in sorted(early, key=lambda s: s.start_time_unix_nano):
+        if span.parent_span_id in under:
+            under.add(span.span_id)
+    assert under == {s.span_id for s in early}
+    assert any(s.name.startswith("chat ") for s in early)
+    assert any(s.name.startswith("execute_tool ") for s in early)
+    assert not {a.key for s in early for a in s.attributes} & CONTENT_KEYS  # off by default
+
+    approve_pending(run, decider)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED
+    run_queued("export_trace")
+    later = [span for post in collector.received[1:] for span in sent_spans(post)]
+    assert {s.trace_id for s in later} == {trace_id}  # the same trace, growing
+    assert {"session 2", f"invoke_agent run {run.pk}"} <= {s.name for s in later}
+    sent = [s.span_id for s in early + later]
+    assert len(sent) == len(set(sent))  # no span twice
+    # Together: the whole trace, the same ids as a whole export's.
+    assert set(sent) == set(exported_ids(run))
+    # Sent again (a retried task, a session's end processed again): nothing more goes out.
+    posts = len(collector.received)
+    assert telemetry.export_due(run.pk) == 0
+    with django_capture_on_commit_callbacks(execute=True):
+        trace_parts.export_later(run.pk)
+    run_queued("export_trace")
+    assert len(collector.received) == posts
+    assert sorted(run.trace_exports.values_list("sent", flat=True)) == [True, True, True]
+
+
+def exported_ids(run) -> list[bytes]:
+    return [s.context.span_id.to_bytes(8, "big") for s in exported(run)]
+
+
+def test_a_part_the_collector_did_not_take_goes_with_the_next_export(settings, db):
+    refusing = InMemorySpanExporter()
+    refusing.shutdown()  # a shut exporter answers FAILURE, as a collector that is down
+    run = drive_until_idle(make_run(turns=[finish_turn()]))
+    assert telemetry.export_due(run.pk, refusing) is None
+    assert not run.trace_exports.exists()  # the claims were given up
+    mem = InMemorySpanExporter()
+    assert telemetry.export_due(run.pk, mem) == len(exported(run))
+    assert telemetry.export_due(run.pk, mem) == 0
+
+
+def test_a_claim_a_dead_worker_left_is_taken_over_and_a_live_one_is_not(db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.models import TraceExport
+
+    run = drive_until_idle(make_run(turns=[finish_turn()]))
+    assert trace_parts.claim(run.pk, None)
+    assert not trace_parts.claim(run.pk, None)  # another export is sending it
+    long_ago = timezone.now() - timedelta(seconds=trace_parts.CLAIM_SECONDS + 1)
+    TraceExport.objects.filter(run=run).update(claimed_at=long_ago)
+    assert trace_parts.claim(run.pk, None)  # its worker died: taken over
+    trace_parts.sent(run.pk, {None: 3})
+    TraceExport.objects.filter(run=run).update(claimed_at=long_ago)
+    assert not trace_parts.claim(run.pk, None)  # sent is sent
+
+
+# --- content, when asked for ------------------------------------------------------------------
+CONTENT_KEYS = {
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+}
+
+
+def bash_run(command: str):
+    return drive_until_idle(
+        make_run(
+            turns=[
+                {"text": "Counting first.", "tool_calls": [call("bash", command=command)]},
+                finish_turn(),
+            ]
+        )
+    )
+
+
+def test_content_is_absent_by_default(settings, db):
+    assert settings.SHIFTLOG["OTEL_CONTENT"] is False
+    spans = exported(bash_run("seq 1 50"))
+    assert not [s.name for s in spans if CONTENT_KEYS & set(s.attributes)]
+
+
+def test_content_when_enabled_is_cut_to_its_size_and_names_the_model_and_agent(settings, db):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "OTEL_CONTENT": True, "OTEL_CONTENT_CHARS": 40}
+    run = bash_run("seq 1 300")
+    spans = exported(run)
+    (tool,) = [
+        s for s in named(spans, "execute_tool") if s.attributes["gen_ai.tool.name"] == "bash"
+    ]
+    (result,) = [p for p in payloads(run, EventKind.TOOL_RESULT) if p["name"] == "bash"]
+    output = result["output"]
+    assert len(output) > 40
+    assert tool.attributes["gen_ai.tool.call.result"] == (
+        f"{output[:40]}…[{len(output) - 40} more characters]"
+    )
+    assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == {"command": "seq 1 300"}
+    first, second = sorted(named(spans, "chat"), key=lambda s: s.start_time)
+    (said,) = json.loads(first.attributes["gen_ai.output.messages"])
+    assert said["role"] == "assistant" and said["finish_reason"]
+    assert said["parts"][0] == {"type": "text", "content": "Counting first."}
+    assert said["parts"][1]["type"] == "tool_call" and said["parts"][1]["name"] == "bash"
+    (given,) = json.loads(first.attributes["gen_ai.input.messages"])
+    assert given["role"] == "user"  # the session's first message, cut
+    assert given["parts"][0]["content"].endswith("more characters]")
+    # The next turn was given the tool's result.
+    (answer,) = json.loads(second.attributes["gen_ai.input.messages"])
+    assert answer["role"] == "tool"
+    assert answer["parts"][0]["id"] == tool.attributes["gen_ai.tool.call.id"]
+    assert answer["parts"][0]["result"] == tool.attributes["gen_ai.tool.call.result"]
+    for span in spans:
+        assert span.attributes["gen_ai.agent.name"] == "shiftlog", span.name
+    assert first.attributes["gen_ai.request.model"] == run.model
+
+
+def test_a_secret_in_a_tool_output_never_reaches_the_trace(settings, db):
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "OTEL_CONTENT": True}
+    leaked = "tok-" + "k3y" * 6
+    run = bash_run(f"echo leaked {leaked}")
+    # A secret configured after the run logged it: the log holds it, the trace does not.
+    (result,) = [p for p in payloads(run, EventKind.TOOL_RESULT) if p["name"] == "bash"]
+    assert leaked in result["output"]
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "METRICS_TOKEN": leaked}
+    spans = exported(run)
+    (tool,) = [
+        s for s in named(spans, "execute_tool") if s.attributes["gen_ai.tool.name"] == "bash"
+    ]
+    assert "leaked [redacted]" in tool.attributes["gen_ai.tool.call.result"]
+    for span in spans:
+        for value in span.attributes.values():
+            assert leaked not in str(value), span.name
+
+
+def test_an_external_runs_spans_name_its_own_agent(db):
+    from agents.runtime import external
+
+    run = make_run(provider="external")
+    external.context(run.pk, actor="token-1", agent="billing-bot")
+    spans = exported(run)
+    assert spans and {s.attributes["gen_ai.agent.name"] for s in spans} == {"billing-bot"}

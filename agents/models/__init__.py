@@ -627,7 +627,7 @@ class Artifact(models.Model):
         return f"{self.name} ({self.kind})"
 
 
-# Approvals, external calls, project memory and schedules live in modules of their own (size); importing
+# Approvals, external calls, project memory, schedules and trace exports live in modules of their own (size); importing
 # them here registers their models with the app.
 from agents.models.approvals import (  # noqa: E402, F401
     Approval,
@@ -657,4 +657,5 @@ from agents.models.schedules import (  # noqa: E402, F401
     Trigger,
     TriggerDelivery,
 )
+from agents.models.traces import TraceExport  # noqa: E402, F401
 from agents.models.webhooks import WebhookDelivery  # noqa: E402, F401

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents import approvals, eventlog, hooks, jobs, lifecycle, policy, workspaces
+from agents import approvals, eventlog, hooks, jobs, lifecycle, policy, trace_parts, workspaces
 from agents.checkpoints import CheckpointError, clean_note, get
 from agents.jobs import enqueue
 from agents.models import (
@@ -310,6 +310,7 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
                 session_id=session.pk,
                 actor=actor,
             )
+            trace_parts.export_later(run_id)  # the rewound session's spans (agents/telemetry.py)
         approvals.discard_pending(
             run_id, reason=f"discarded by the rewind to checkpoint {checkpoint.number}", actor=actor
         )

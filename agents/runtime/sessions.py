@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from django.db import transaction
 from django.utils import timezone
 
-from agents import checkpoints, done_conditions, eventlog, memory, verification
+from agents import checkpoints, done_conditions, eventlog, memory, trace_parts, verification
 from agents.models import (
     Approval,
     ArtifactKind,
@@ -323,6 +323,7 @@ class Sessions:
             Session.objects.filter(pk=s.session.pk).update(
                 status=SessionStatus.ENDED, end_reason=reason, ended_at=timezone.now()
             )
+            trace_parts.export_later(s.run_id)  # the session's spans, in the run's trace
         s.absorb(appended)
         if reason in {EndReason.HANDOFF, EndReason.FINISHED}:
             checkpoint = s.checkpoint(

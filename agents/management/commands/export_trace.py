@@ -26,11 +26,18 @@ class Command(BaseCommand):
         where.add_argument(
             "--console", action="store_true", help="print the spans as JSON instead of sending"
         )
+        parser.add_argument(
+            "--content",
+            action="store_true",
+            help="with the model's and tools' content on the spans, cut and redacted, as "
+            "SHIFTLOG_OTEL_CONTENT=1 does (default: that setting)",
+        )
 
     def handle(self, *args, **o):
         run = get_run(o["run_id"])
+        content = True if o["content"] else None
         if o["console"]:
-            telemetry.export(run.pk, ConsoleSpanExporter(out=self.stdout))
+            telemetry.export(run.pk, ConsoleSpanExporter(out=self.stdout), with_content=content)
             return
         endpoint = o["endpoint"]
         if endpoint is not None:
@@ -45,7 +52,7 @@ class Command(BaseCommand):
             )
         exporter = telemetry.otlp_exporter(endpoint)
         try:
-            sent = telemetry.export(run.pk, exporter)
+            sent = telemetry.export(run.pk, exporter, with_content=content)
         finally:
             exporter.shutdown()
         url = telemetry.traces_url(endpoint or settings.SHIFTLOG["OTEL_ENDPOINT"])
