@@ -33,13 +33,13 @@ from agents import (
     inputs,
     isolation,
     leases,
+    lifecycle,
     policy,
     reach,
     sandbox,
     workspaces,
 )
 from agents.decision_words import refusal
-from agents import lifecycle
 from agents.lifecycle import TERMINAL, IllegalTransition
 from agents.models import (
     DRIVABLE_STATUSES,

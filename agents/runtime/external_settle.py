@@ -81,7 +81,9 @@ def settle(run_id: int, approval_ids: Iterable[int], actor: str) -> None:
                 "is_error": True,
                 "data": {"approval_id": approval.pk, "decision": approval.status},
             }
-            event = NewEvent(EventKind.TOOL_RESULT, payload, session_id=open_session, actor="harness")
+            event = NewEvent(
+                EventKind.TOOL_RESULT, payload, session_id=open_session, actor="harness"
+            )
             field = "result_seq"
         seq = eventlog.append_many(run_id, [event]).events[-1].seq
         ExternalCall.objects.filter(pk=call.pk).update(**{field: seq})
