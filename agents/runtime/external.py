@@ -542,9 +542,9 @@ def _take_up(run_id: int, actor: str, agent: str) -> None:
     if status_of(run_id) != RunStatus.QUEUED:
         return
     owner = f"external:{actor}:{agent}"
-    if not leases.claim(run_id, owner, external=True):
-        return
-    try:
+    with transaction.atomic():  # one commit: nobody sees the lease taken or the run half moved
+        if not leases.claim(run_id, owner, external=True):
+            return
         with suppress(IllegalTransition):
             lifecycle.transition(
                 run_id,
@@ -554,7 +554,6 @@ def _take_up(run_id: int, actor: str, agent: str) -> None:
                 expect={RunStatus.QUEUED},
                 lease_owner=owner,
             )
-    finally:
         leases.release(run_id, owner)
 
 
