@@ -408,7 +408,7 @@ def _decide(
             matched = _approve_matching(approval.run_id, user, actor)
         resume_if_all_decided(run, actor)
         # What follows from the decision, in its transaction (an external agent's call settled).
-        hooks.decided(approval.run_id, [approval.pk, *matched], actor)
+        hooks.decided(run, [approval.pk, *matched], actor)
 
 
 def what_next(run_id: int) -> str:

@@ -34,10 +34,13 @@ from agents.models import (
 )
 
 
-def settle(run_id: int, approval_ids: Iterable[int], actor: str) -> None:
+def settle(run: Run, approval_ids: Iterable[int], actor: str) -> None:
     """The decided calls of the run's external agent: their events, now. Every call a person
     approved or denied that is not settled yet, not only `approval_ids`: one decided while
     another call of the run still waited is settled by the last decision, which queues the run."""
+    if not run.is_external:
+        return  # Shiftlog's own run: its worker's gate finds the decision (no query here)
+    run_id = run.pk
     calls = list(
         ExternalCall.objects.filter(
             run_id=run_id,
@@ -49,7 +52,7 @@ def settle(run_id: int, approval_ids: Iterable[int], actor: str) -> None:
         .select_related("approval", "approval__decided_by")
     )
     if not calls:
-        return  # Shiftlog's own run, or settled already
+        return  # settled already
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if status not in DRIVABLE_STATUSES:
         return  # still waiting for other decisions, paused: the agent's read settles it later
