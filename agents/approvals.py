@@ -30,6 +30,7 @@ from django.utils import timezone
 from agents import (
     config_changes,
     eventlog,
+    hooks,
     inputs,
     lifecycle,
     notifications,
@@ -336,6 +337,7 @@ def _decide(
     approve = status == ApprovalStatus.APPROVED
     now = timezone.now()
     actor = f"user:{user.get_username()}"
+    matched: list[int] = []
     with transaction.atomic():
         # The run row first, as the worker does before it starts waiting: the two serialise, so
         # a decision can never slip between the worker's last look and its going to sleep.
@@ -403,8 +405,10 @@ def _decide(
             except services.RunError as e:
                 # Nothing is decided: the person may approve without "similar".
                 raise ApprovalError(f"{e}; approve this call alone instead") from None
-            _approve_matching(approval.run_id, user, actor)
+            matched = _approve_matching(approval.run_id, user, actor)
         resume_if_all_decided(run, actor)
+        # What follows from the decision, in its transaction (an external agent's call settled).
+        hooks.decided(run, [approval.pk, *matched], actor)
 
 
 def what_next(run_id: int) -> str:
@@ -438,9 +442,11 @@ def _agent_root(approval: Approval) -> str | None:
     )
 
 
-def _approve_matching(run_id: int, user, actor: str) -> None:
-    """Pending calls that the run's policy now allows are approved along with the rule."""
+def _approve_matching(run_id: int, user, actor: str) -> list[int]:
+    """Pending calls that the run's policy now allows are approved along with the rule (their
+    ids)."""
     run = Run.objects.get(pk=run_id)
+    approved = []
     for other in Approval.objects.filter(run_id=run_id).pending():
         root = _agent_root(other)
         tool, tool_input = other.tool_name, other.tool_input
@@ -471,6 +477,8 @@ def _approve_matching(run_id: int, user, actor: str) -> None:
                 actor=actor,
                 session_id=other.session_id,
             )
+            approved.append(other.pk)
+    return approved
 
 
 def resume_if_all_decided(run: Run, actor: str) -> None:

@@ -18,3 +18,7 @@ class AgentsConfig(AppConfig):
 
         cascade.register()
         parent.register()
+        # An external agent's call is settled by the decision itself (off the agent's path).
+        from agents.runtime import external_settle  # noqa: PLC0415
+
+        external_settle.register()

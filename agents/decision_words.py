@@ -34,3 +34,8 @@ def refusal(approval: Approval) -> str:
     if approval.status in UNDECIDED:
         return UNDECIDED[approval.status]
     return approval.comment or str(approval.status)
+
+
+def denied_output(approval: Approval) -> str:
+    """The `tool.result` of a call a person denied (or nobody decided): what the agent reads."""
+    return f"A person denied this call: {refusal(approval)}. It did not run; carry on without it."

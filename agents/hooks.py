@@ -47,6 +47,10 @@ controlled = Hook("controlled")
 # (run_id, checkpoint, actor): a run was rewound to `checkpoint`, inside the rewind's
 # transaction, after its `run.rewound` event and before it is queued again.
 rewound = Hook("rewound")
+# (run, approval_ids, actor): a person's decision of these approvals, inside its transaction,
+# after their `approval.decided` events and after the run was queued again if nothing else waits
+# (an external agent's call is settled here: agents/runtime/external_settle.py).
+decided = Hook("decided")
 # (s, gate) -> a feature's part of a slice (a fleet's parent: agents/fleets/parent.py `Fleet`):
 # its `tools` (harness tool name -> function(block, tool_input)) and `at_start()`, run when a
 # slice opens (a worker's, or an external agent's call).

@@ -18,7 +18,8 @@ the server's (as a second web process would; the server's own process deciding i
   external   an external agent's risky call (POST /api/v1/runs/R/tool-calls) that asks; the
              agent long-polls GET /api/v1/tool-calls/C?wait=30 over HTTP while the person
              decides after --think seconds. Measured: the decision's commit -> the agent holding
-             the answer.
+             the answer (to_agent), and -> the agent's read taking the run up again, its
+             `run.status` -> running (to_read: the wake and the read's start).
 
 Both are on one clock (this machine's; event times are stored in microseconds). With
 --compare-tree the same runs in another checkout's code (its server, its worker), alternately,
@@ -215,7 +216,8 @@ def _external(base: str, n: int, think: float) -> dict:
     run = agent.post(
         "/runs", json={"goal": "approval latency", "checks": ["true"], "provider": "external"}
     ).json()
-    latencies = []
+    latencies: list[float] = []
+    to_read: list[float] = []
     for i in range(n):
         call = agent.post(
             f"/runs/{run['id']}/tool-calls",
@@ -241,8 +243,22 @@ def _external(base: str, n: int, think: float) -> dict:
             .first()
         )
         latencies.append((got_at - decided.created_at.timestamp()) * 1000)
+        # Where the time goes: the agent's read taking the run up again (its run.status ->
+        # running), written once the wake has come and the read has begun.
+        taken_up = (
+            Event.objects.filter(
+                run_id=run["id"],
+                seq__gt=decided.seq,
+                kind=EventKind.RUN_STATUS,
+                payload__to="running",
+            )
+            .order_by("seq")
+            .first()
+        )
+        if taken_up is not None:
+            to_read.append((taken_up.created_at - decided.created_at).total_seconds() * 1000)
         agent.post(f"/tool-calls/{call['id']}/result", json={"output": ""})
-    return {"to_agent_ms": latencies}
+    return {"to_agent_ms": latencies, "to_read_ms": to_read}
 
 
 # --- parent ---------------------------------------------------------------------------------

@@ -356,3 +356,71 @@ def test_finish_answers_at_once_and_the_checks_run_in_a_worker(
     assert api.get(f"/api/v1/runs/{run_id}/finish/nope").status_code == 404
     checks = Event.objects.filter(run_id=run_id, kind="check.result").count()
     assert checks == 1  # the second task found the finish done
+
+
+def _ask(api, run_id: int, command: str) -> dict:
+    asked = api.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"tool": "Bash", "input": {"command": command}},
+        content_type="application/json",
+    ).json()
+    assert asked["decision"] == "ask", asked
+    return asked
+
+
+def test_the_decision_settles_the_call_before_its_agent_reads(api, agent_user):
+    """The decision records the call's event in its own transaction (the edited input, the
+    denial's reason), so the agent's long poll only reads; its read records nothing again, and
+    the call's result follows its tool.call. A paused run's call is left to the agent."""
+    from agents import services
+    from agents.approvals import decide_as
+
+    run_id = make_external(api)
+    a = _ask(api, run_id, "rm -rf build/a")
+    decide_as(a["approval"], user=agent_user, decision="edit", input={"command": "rm -rf b/x"})
+    call_a = ExternalCall.objects.get(tool_use_id=a["id"])
+    called = Event.objects.get(run_id=run_id, seq=call_a.called_seq)
+    assert called.kind == "tool.call" and called.payload["input"] == {"command": "rm -rf b/x"}
+    assert called.payload["approval_id"] == a["approval"]
+    assert Run.objects.get(pk=run_id).status == "queued"
+
+    before = Event.objects.filter(run_id=run_id).count()
+    answer = api.get(f"/api/v1/tool-calls/{a['id']}?wait=2").json()
+    assert answer["decision"] == "approved" and answer["input"] == {"command": "rm -rf b/x"}
+    assert answer["run_status"] == "running"  # its agent read it: the run goes on
+    kinds = list(
+        Event.objects.filter(run_id=run_id).order_by("seq").values_list("kind", flat=True)
+    )[before:]
+    assert kinds == ["run.status"], kinds  # the read took the run up and recorded nothing else
+    r = api.post(
+        f"/api/v1/tool-calls/{a['id']}/result", {"output": ""}, content_type="application/json"
+    )
+    assert r.status_code == 201, r.content
+    a_kinds = [
+        e.kind
+        for e in Event.objects.filter(run_id=run_id, kind__in=["tool.call", "tool.result"])
+        if e.payload["tool_use_id"] == a["id"]
+    ]
+    assert a_kinds == ["tool.call", "tool.result"]
+
+    b = _ask(api, run_id, "rm -rf build/b")
+    decide_as(b["approval"], user=agent_user, decision="deny", reason="keep build/b")
+    denied = Event.objects.get(
+        run_id=run_id, seq=ExternalCall.objects.get(tool_use_id=b["id"]).result_seq
+    )
+    assert denied.kind == "tool.result" and denied.payload["is_error"]
+    assert "A person denied this call: keep build/b" in denied.payload["output"]
+    refused = api.get(f"/api/v1/tool-calls/{b['id']}").json()
+    assert refused["decision"] == "denied" and refused["reason"] == "keep build/b"
+    r = api.post(
+        f"/api/v1/tool-calls/{b['id']}/result", {"output": "ran"}, content_type="application/json"
+    )
+    assert r.status_code == 409
+
+    c = _ask(api, run_id, "rm -rf build/c")
+    services.pause_run(run_id, actor="user:agent", reason="a look first")
+    decide_as(c["approval"], user=agent_user, decision="approve")
+    call_c = ExternalCall.objects.get(tool_use_id=c["id"])
+    assert call_c.called_seq is None and call_c.result_seq is None  # paused: not settled
+    paused = api.get(f"/api/v1/tool-calls/{c['id']}").json()
+    assert paused["decision"] == "approved" and paused["run_status"] == "paused"

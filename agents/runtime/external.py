@@ -33,6 +33,7 @@ from agents import (
     inputs,
     isolation,
     leases,
+    lifecycle,
     policy,
     reach,
     sandbox,
@@ -516,7 +517,11 @@ def decision(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict
             return _answer(call, "pending")
     approved = approval.status == ApprovalStatus.APPROVED
     settled = call.called_seq is not None or call.result_seq is not None
-    if not settled and status_of(call.run_id) in DRIVABLE_STATUSES:
+    if settled:
+        # Settled by the decision itself (agents/runtime/external_settle.py): the agent's
+        # reading it takes the run up again, as its next call would, without a session.
+        _take_up(call.run_id, actor, agent)
+    elif status_of(call.run_id) in DRIVABLE_STATUSES:
         with _driving(call.run_id, actor, agent) as h:
             call = _get_call(call_id, run_ids)
             if call.called_seq is None and call.result_seq is None:
@@ -529,6 +534,27 @@ def decision(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict
                     call.result_seq = h.s.known_seq
                     ExternalCall.objects.filter(pk=call.pk).update(result_seq=call.result_seq)
     return _answer(call, "approved" if approved else "denied")
+
+
+def _take_up(run_id: int, actor: str, agent: str) -> None:
+    """A queued run goes on running once its agent has read a decision: the status change its
+    next call would make (under the lease, briefly; a call of the agent holding it makes it)."""
+    if status_of(run_id) != RunStatus.QUEUED:
+        return
+    owner = f"external:{actor}:{agent}"
+    with transaction.atomic():  # one commit: nobody sees the lease taken or the run half moved
+        if not leases.claim(run_id, owner, external=True):
+            return
+        with suppress(IllegalTransition):
+            lifecycle.transition(
+                run_id,
+                RunStatus.RUNNING,
+                actor=owner,
+                reason="its external agent called",
+                expect={RunStatus.QUEUED},
+                lease_owner=owner,
+            )
+        leases.release(run_id, owner)
 
 
 def result(

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from agents import approvals, policy, protected_paths, sandbox
-from agents.decision_words import approval_note, refusal
+from agents.decision_words import approval_note, denied_output
 from agents.models import (
     Approval,
     ApprovalStatus,
@@ -175,11 +175,10 @@ class Gate:
             return Cleared(
                 approval.edited_input or call.tool_input, approval, approval_note(approval)
             )
-        reason = refusal(approval)
         s.record_result(
             call.block,
             sandbox.ToolResult(
-                output=f"A person denied this call: {reason}. It did not run; carry on without it.",
+                output=denied_output(approval),
                 is_error=True,
                 data={"approval_id": approval.pk, "decision": approval.status},
             ),
