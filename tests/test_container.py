@@ -141,6 +141,7 @@ def build_images(timings: dict[str, float]) -> dict[str, str]:
             Path("agents"),
             Path("dashboard"),
             Path("api"),
+            Path("shiftlog"),
             Path("templates"),
             Path("static"),
         ),
