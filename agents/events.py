@@ -625,7 +625,7 @@ def _plain(p: Obj) -> str:
     return short(p)
 
 
-# Fleets (agents/fleet_spawn.py, agents/runtime/fleet.py, agents/lifecycle.py).
+# Fleets (agents/fleets/spawn.py, agents/fleets/parent.py, agents/fleets/cascade.py).
 @register(K.FLEET_SPAWNED, "children spawned")
 def _fleet_spawned(p: Obj) -> str:
     ids = ", ".join(str(c.get("run_id")) for c in p.get("children") or [])

@@ -3,7 +3,7 @@
 daphne (on twisted) reads a request's whole body before the application sees any of it:
 twisted into a temporary file, then daphne out of that file into the application's queue, all at
 once. A 600 MB workspace upload grew the web process by 600 MB, and its 413 could come only after
-the last byte. So daphne's request is replaced (`install()`, from dashboard/asgi.py, which daphne
+the last byte. So daphne's request is replaced (`install()`, from shiftlog/asgi.py, which daphne
 imports before it serves) by one that
 - stops reading at the cap, when Content-Length says more (before any `100 Continue`) or as the
   chunks arrive (a chunked body has no length), and answers 413 itself: a workspace upload's cap is
