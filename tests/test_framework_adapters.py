@@ -2,9 +2,9 @@
 shiftlog_client.langgraph), each through its example against a real `manage.py serve`: a risky
 call waits in the inbox and a person denies it with a reason the agent reads, a write runs, the
 harness's checks fail on the first finish and the failure goes back to the agent, a second risky
-call is approved and runs, and the checks pass. The OpenAI agent's model is a scripted `Model`
-(the SDK's custom-model hook, tests/openai_agents_scripted.py); the graph's is the fake Messages
-API over real HTTP."""
+call is approved and runs, and the checks pass. The OpenAI agent talks to a local fake of the
+Responses API over real HTTP, through the SDK's own OpenAI model and client
+(tests/openai_agents_scripted.py); the graph's model is the fake Messages API over real HTTP."""
 
 from __future__ import annotations
 
