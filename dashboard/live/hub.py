@@ -95,6 +95,9 @@ def _owner(run_id: int) -> int | None:
     return Run.objects.filter(pk=run_id).values_list("created_by_id", flat=True).first()
 
 
+PUSH_RETRY_SECONDS = 30.0
+
+
 class Pusher:
     """Publishes from one thread of the process with its own event loop, in commit order.
 
@@ -152,15 +155,31 @@ class Pusher:
                 batches.append(self.queue.get_nowait())
             rows = [row for batch in batches for row in batch]
             try:
-                await hub.group_send(HUB_GROUP, {"type": "hub.rows", "rows": rows})
-            except Exception:
-                # The events are committed; a page that missed them reads them from the
-                # database at the next event it gets, or when it reconnects.
-                log.exception("pushing %d event(s) failed", len(rows))
+                await self._send(hub, rows)
             finally:
                 with self.idle:
                     self.pending -= len(batches)
                     self.idle.notify_all()
+
+    async def _send(self, hub, rows: list[dict[str, Any]]) -> None:
+        """Send, trying again while Redis is away (a restart, a failover), in order: a page that
+        misses an event reads the gap from the database at the next event it gets, but a run's
+        last events have no next one (found by the chaos soak: a viewer missed a run's last
+        event pushed while Redis restarted). Past PUSH_RETRY_SECONDS the events are left to
+        the pages' reconnects, which read them from the database."""
+        delay, waited = 0.1, 0.0
+        while True:
+            try:
+                await hub.group_send(HUB_GROUP, {"type": "hub.rows", "rows": rows})
+                return
+            except Exception:
+                if waited >= PUSH_RETRY_SECONDS:
+                    log.exception("pushing %d event(s) failed; giving up", len(rows))
+                    return
+                log.warning("pushing %d event(s) failed; trying again", len(rows))
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 2.0)
 
 
 pusher = Pusher()
