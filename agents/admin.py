@@ -23,6 +23,7 @@ from agents.models import (
     Schedule,
     ScheduleEvent,
     Session,
+    SlackLinkClaim,
     SlackMessage,
     TraceExport,
     Trigger,
@@ -137,6 +138,8 @@ class RunAdmin(admin.ModelAdmin):
         "limits",
         "toolchain",
         "webhook_urls",
+        "slack_channel",
+        "slack_news",
         "approval_timeout_seconds",
         "status",
         "status_reason",
@@ -409,6 +412,14 @@ class ProjectReachAdmin(admin.ModelAdmin):
 class SlackMessageAdmin(ReadOnlyAdmin):
     list_display = ("__str__", "approval", "ts", "attempts", "last_error", "failed_at")
     list_filter = ("kind",)
+
+
+@admin.register(SlackLinkClaim)
+class SlackLinkClaimAdmin(ReadOnlyAdmin):
+    """The Link to NAME buttons people had the bot send them (agents/slack_link.py)."""
+
+    list_display = ("__str__", "created_at", "used_at")
+    search_fields = ("user__username", "slack_user_id")
 
 
 @admin.register(MailLink)

@@ -9,14 +9,18 @@ Slack or a mail server: an outage there never slows or fails a run.
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 
-from agents import jobs
+from agents import eventlog, inputs, jobs
 from agents.models import (
     Approval,
     ApprovalSubject,
+    EventKind,
     ProjectReach,
     Reach,
     Run,
@@ -31,6 +35,57 @@ NEWS_SWITCH = {
     "budget": "slack_budget_warnings",
     "approval": "slack_approvals",
 }
+
+
+# The run news a run may choose for itself (Run.slack_news); approvals follow the project's.
+RUN_NEWS = ("ended", "paused", "budget")
+# A channel as chat.postMessage takes it: its id (C…, G… for an older private one), or #name.
+CHANNEL = re.compile(r"(?:[CG][A-Z0-9]{6,20}|#[a-z0-9][a-z0-9._-]{0,79})")
+
+
+def clean_channel(value: Any, *, field: str = "slack_channel") -> str:
+    """A Slack channel as given (an id, or #name), or "" for none; InputError otherwise."""
+    text = str(value or "").strip()
+    if text and not CHANNEL.fullmatch(text):
+        raise inputs.InputError(
+            f"slack-channel: {text[:100]!r} is not a Slack channel: give its id (C…, in Slack: "
+            "the channel's name → About → Channel ID) or #name (lowercase, no spaces)",
+            field,
+        )
+    return text
+
+
+def clean_news(value: Any, *, field: str = "slack_news") -> list[str] | None:
+    """Which run news a run posts to Slack: None (not given: the project's switches), [] ("off":
+    none), or some of ended, paused, budget. Given as a list or as words split by commas or
+    spaces; InputError naming an unknown kind."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        words = [w for w in re.split(r"[,\s]+", value.strip()) if w]
+        if not words:
+            return None
+    elif isinstance(value, (list, tuple)):
+        words = [str(w).strip() for w in value]
+    else:
+        raise inputs.InputError("slack-news must be words (ended, paused, budget) or off", field)
+    if words in (["off"], []):
+        return []
+    unknown = [w for w in words if w not in RUN_NEWS]
+    if unknown:
+        known = ", ".join(RUN_NEWS)
+        raise inputs.InputError(
+            f"slack-news: unknown kind {unknown[0][:40]!r} (known: {known}; or off alone for none)",
+            field,
+        )
+    return [n for n in RUN_NEWS if n in words]
+
+
+def news_words(run: Run) -> str:
+    """The run's own choice of Slack news, as the CLI and the forms spell it."""
+    if run.slack_news is None:
+        return ""
+    return ", ".join(run.slack_news) or "off"
 
 
 def slack_on() -> bool:
@@ -59,11 +114,43 @@ def route_for(run: Run) -> ProjectReach:
 
 def slack_channel(run: Run, news: str) -> str:
     """The channel this news of the run goes to in Slack, or "" (Slack off, no channel, or this
-    kind of news switched off for the run's project)."""
+    kind of news switched off). The run's own settings win over its project's: its channel
+    (for all its messages, approvals too) and its choice of run news (ended, paused, budget;
+    [] for none); what the run leaves unset is the project's."""
     if not slack_on():
         return ""
-    route = route_for(run)
-    return route.slack_channel if getattr(route, NEWS_SWITCH[news]) else ""
+    return _channel(run, route_for(run), news)
+
+
+def _channel(run: Run, route: ProjectReach, news: str) -> str:
+    if news != "approval" and run.slack_news is not None:
+        on = news in run.slack_news
+    else:
+        on = getattr(route, NEWS_SWITCH[news])
+    return (run.slack_channel or route.slack_channel) if on else ""
+
+
+def set_run_slack(run: Run, *, channel: Any = None, news: Any = None, actor: str) -> Run:
+    """Change where a run's Slack news goes: `channel` ("" back to the project's) and `news`
+    (words as clean_news takes them, or "project" back to the project's), each None to leave
+    as it is. Recorded in the run's log; InputError for a bad value."""
+    changes: dict[str, Any] = {}
+    if channel is not None:
+        changes["slack_channel"] = clean_channel(channel)
+    if news is not None:
+        given = news.strip() if isinstance(news, str) else news
+        changes["slack_news"] = None if given == "project" else clean_news(given)
+        if changes["slack_news"] is None and given != "project":
+            raise inputs.InputError(
+                "slack-news: give any of ended, paused, budget; off; or project",
+                "slack_news",
+            )
+    if changes:
+        with transaction.atomic():
+            Run.objects.filter(pk=run.pk).update(**changes)
+            eventlog.append(run.pk, EventKind.RUN_UPDATED, {"slack": changes}, actor=actor)
+        run.refresh_from_db()
+    return run
 
 
 def approvals_asked(run: Run, approvals: list[Approval]) -> None:
@@ -135,4 +222,15 @@ def where_approvals_go(run: Run) -> dict:
     if settings.SHIFTLOG["MAIL_NOTIFICATIONS"]:
         rows = Reach.objects.filter(active_people(), mail_approvals=True).select_related("user")
         mailed = [r.user.get_username() for r in rows[:100] if may_decide_on(r.user, run)]
-    return {"slack": slack_channel(run, "approval"), "mailed": mailed}
+    route = route_for(run) if slack_on() else None
+    channels = {n: _channel(run, route, n) if route else "" for n in ("approval", *RUN_NEWS)}
+    news = [n for n in RUN_NEWS if channels[n]]
+    return {
+        "slack": channels["approval"],
+        "mailed": mailed,
+        # The run's news in Slack: which, where, and whether the run chose (else its project).
+        "news": news,
+        "news_channel": channels[news[0]] if news else "",
+        "own": bool(run.slack_channel or run.slack_news is not None),
+        "slack_on": slack_on(),
+    }

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import inputs, isolation, notifications, policy, suite_guard
+from agents import inputs, isolation, notifications, policy, reach, suite_guard
 from agents.models import Provider, Run, RunScript
 from agents.providers import pricing
 from agents.providers.scripted import OFFLINE_MODEL, ScriptError, builtin_script, validate_script
@@ -108,6 +108,10 @@ class RunSpec:
     allowed_hosts: tuple[str, ...] | list[str] = ()
     approval_timeout_seconds: int | None = None
     webhook_urls: tuple[str, ...] | list[str] = ()
+    # Slack: its own channel ("" the project's), and which run news it posts (ended, paused,
+    # budget, as a list or words; "off" or [] for none; None: the project's).
+    slack_channel: str = ""
+    slack_news: tuple[str, ...] | list[str] | str | None = None
     limits: Mapping[str, Any] = field(default_factory=dict)
     fleet_conflicts: str = "agent"
     # Where its workspace and environment come from.
@@ -239,6 +243,8 @@ class RunSpec:
                 for u in self.webhook_urls or []
                 if u and u.strip()
             ],
+            slack_channel=reach.clean_channel(self.slack_channel),
+            slack_news=reach.clean_news(self.slack_news),
             limits=self._limits(),
             workspace_from=source,
             **self._budgets(),

@@ -8,6 +8,8 @@ decision service (the same audit event as the web's, the first decision wins).
   submission (`view_submission`) decides.
 - An unmapped or unpermitted person, a late click, a run that ended: nothing changes, and the
   person is told why (an ephemeral message, or the modal's error).
+- Link to NAME (a direct message a person had the bot send them from /me/reach/): the Slack id
+  is linked to that Shiftlog user (agents/slack_link.py), and the clicker told.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import approvals, jobs, reach, slack
+from agents import approvals, jobs, reach, slack, slack_link
 from agents.models import Approval, Reach
 
 
@@ -50,8 +52,8 @@ def refusal(slack_user_id: str, approval: Approval | None) -> str:
     if user is None:
         return (
             "Your Slack account is not linked to a Shiftlog user, so Shiftlog cannot act for "
-            f"you: ask an admin to set your Slack member id ({slack_user_id}) on your user "
-            "(admin → People's notification settings)."
+            f"you: link it yourself in Shiftlog ({slack.base_url()}/me/reach/, your member id "
+            f"is {slack_user_id}), or ask an admin."
         )
     if not reach.may_decide_on(user, approval.run):
         return (
@@ -84,6 +86,8 @@ def _clicked(payload: dict[str, Any]) -> Answer:
     actions = payload.get("actions") or []
     action = actions[0] if actions else {}
     action_id = action.get("action_id")
+    if action_id == slack_link.LINK:
+        return _link_clicked(payload, action, answer)
     if action_id not in (slack.APPROVE, slack.DENY):
         return answer  # Open is a link: Slack tells us of the click, nothing to do
     slack_user = (payload.get("user") or {}).get("id") or ""
@@ -113,6 +117,17 @@ def _clicked(payload: dict[str, Any]) -> Answer:
     except approvals.ApprovalError as e:
         return _tell(payload, f"Nothing changed: {e}", answer)
     return answer
+
+
+def _link_clicked(payload: dict[str, Any], action: dict[str, Any], answer: Answer) -> Answer:
+    """A "Link to NAME" button (agents/slack_link.py): the clicker is the Slack user it was
+    sent to, as Slack's signature says; they are told what happened either way."""
+    slack_user = (payload.get("user") or {}).get("id") or ""
+    try:
+        words = slack_link.confirm(str(action.get("value") or ""), slack_user)
+    except slack_link.LinkError as e:
+        words = f"Not linked: {e}"
+    return _tell(payload, words, answer)
 
 
 def _deny_submitted(payload: dict[str, Any]) -> Answer:

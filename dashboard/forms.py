@@ -9,7 +9,7 @@ from django.utils.functional import lazy
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agents import inputs
+from agents import inputs, reach
 from agents.models import Provider, RunStatus
 from agents.providers.scripted import ScriptError, validate_script
 from agents.runspec import RunSpec
@@ -212,6 +212,20 @@ class NewRunForm(forms.Form):
         help_text="http(s) URLs, one a line: each gets a signed POST when the run needs a person "
         "or ends.",
     )
+    slack_channel = forms.CharField(
+        required=False,
+        max_length=80,
+        label="Slack channel",
+        help_text="A channel id (C…) or #name for this run's Slack messages. Empty: its "
+        "project's channel.",
+    )
+    slack_news = forms.CharField(
+        required=False,
+        max_length=100,
+        label="Slack news",
+        help_text="Which of the run's news goes to Slack: any of ended, paused, budget, or off. "
+        "Empty: its project's settings. Approvals follow the project's.",
+    )
     rubric = forms.CharField(
         required=False,
         max_length=inputs.MAX_TEXT,
@@ -292,6 +306,8 @@ class NewRunForm(forms.Form):
             "max_workspace_mb": limits.get("workspace_mb"),
             "approval_timeout_seconds": run.approval_timeout_seconds,
             "webhook_urls": "\n".join(run.webhook_urls),
+            "slack_channel": run.slack_channel,
+            "slack_news": reach.news_words(run),
             "rubric": run.rubric,
             "judge_model": run.judge_model,
             "project": run.project,
@@ -321,6 +337,9 @@ class NewRunForm(forms.Form):
 
     def clean_webhook_urls(self) -> list[str]:
         return lines(self.cleaned_data["webhook_urls"])
+
+    def clean_slack_news(self) -> str | None:
+        return self.cleaned_data["slack_news"].strip() or None
 
     def clean_criteria(self) -> list[str]:
         return lines(self.cleaned_data["criteria"])

@@ -122,6 +122,10 @@ urlpatterns = [
     path("approvals/<id:approval_id>/decide", views.approval_decide, name="approval-decide"),
     path("approvals/mail/<str:token>/", reach_views.mail_link, name="approval-mail-link"),
     path("slack/interactive", reach_views.slack_interactive, name="slack-interactive"),
+    path("runs/<id:run_id>/slack/", reach_views.run_slack, name="run-slack"),
+    path("me/reach/", reach_views.my_reach, name="my-reach"),
+    path("me/reach/slack", reach_views.my_slack_link, name="my-slack-link"),
+    path("me/reach/slack/unlink", reach_views.my_slack_unlink, name="my-slack-unlink"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(template_name="registration/login.html"),

@@ -1,7 +1,8 @@
 """A local fake of Slack's Web API, served over real HTTP, for slack_sdk's WebClient
 (`base_url=fake.base_url`). It records every call (`calls`: method name, headers, parsed body)
-and answers as Slack does: chat.postMessage with a new `ts` and the channel, chat.update,
-chat.postEphemeral and views.open with ok. `fail(n)` makes the next n calls answer HTTP 500.
+and answers as Slack does: chat.postMessage with a new `ts` and the channel (a user id's
+`unknown_users` refused with user_not_found), chat.update, chat.postEphemeral and views.open
+with ok. `fail(n)` makes the next n calls answer HTTP 500.
 
 It also signs interaction payloads as Slack would (`signed`), for the tests to send to the real
 endpoint.
@@ -17,11 +18,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+# The app's signing secret and bot token the tests configure (tests/conftest.py's `slack`).
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TOKEN = "xoxb-test-token-0123456789"
+
 
 class FakeSlack:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.failing = 0
+        # Ids Slack knows no one by: a message to one is refused (user_not_found).
+        self.unknown_users: set[str] = set()
         self._lock = threading.Lock()
         self._ts = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -42,12 +49,15 @@ class FakeSlack:
         with self._lock:
             self.calls.clear()
             self.failing = 0
+            self.unknown_users = set()
 
     def _answer(self, method: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
             if self.failing:
                 self.failing -= 1
                 return 500, {"ok": False, "error": "internal_error"}
+        if method == "chat.postMessage" and body.get("channel") in self.unknown_users:
+            return 200, {"ok": False, "error": "user_not_found"}
         if method == "chat.postMessage":
             return 200, {
                 "ok": True,

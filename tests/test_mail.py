@@ -201,3 +201,61 @@ def test_the_cli_sets_where_people_and_projects_are_reached(db):
         call_command("reach", user="sam", slack_id="U0DANA", stdout=out)
     with pytest.raises(CommandError, match="no user"):
         call_command("reach", user="nobody", stdout=out)
+
+
+def test_the_link_page_approves_an_edited_input_checked_as_the_inbox_does(
+    mailing, django_capture_on_commit_callbacks
+):
+    dana = person("dana", "decide_approval", "view_run")
+    asking(django_capture_on_commit_callbacks, "echo x >> ran.txt; rm -rf build")
+    drain()
+    path = link_path(mailing[0])
+    browser = Client()
+    browser.force_login(dana)
+    page = browser.get(path)
+    assert b'name="decision" value="edit"' in page.content
+    assert b"&quot;command&quot;" in page.content  # the input as JSON, escaped, to edit
+
+    bad = browser.post(path, {"decision": "edit", "input": "{not json"})
+    assert bad.status_code == 409 and b"JSON object" in bad.content
+    assert b"{not json" in bad.content  # what they typed is there to fix
+    not_object = browser.post(path, {"decision": "edit", "input": '["ls"]'})
+    assert not_object.status_code == 409 and b"must be a JSON object" in not_object.content
+    wrong_tool_input = browser.post(path, {"decision": "edit", "input": '{"cmd": "ls"}'})
+    assert wrong_tool_input.status_code == 409 and b"not valid for bash" in wrong_tool_input.content
+    empty = browser.post(path, {"decision": "edit", "input": "  "})
+    assert empty.status_code == 409 and b"needs the whole edited input" in empty.content
+    approval = Approval.objects.get()
+    assert approval.status == "pending" and MailLink.objects.get().used_at is None
+
+    edited = browser.post(path, {"decision": "edit", "input": '{"command": "echo x >> ran.txt"}'})
+    assert edited.status_code == 200 and b"Approved by dana" in edited.content
+    assert b"(with edits)" in edited.content
+    approval.refresh_from_db()
+    assert approval.status == "approved"
+    assert approval.edited_input == {"command": "echo x >> ran.txt"}
+    assert MailLink.objects.get().used_at is not None
+    assert browser.post(path, {"decision": "edit", "input": "{}"}).status_code == 410
+
+
+def test_the_link_page_offers_no_edit_where_the_subject_cannot_be_edited(
+    mailing, django_capture_on_commit_callbacks
+):
+    from agents.models import ApprovalSubject
+
+    dana = person("dana", "decide_approval", "view_run")
+    asking(django_capture_on_commit_callbacks, "echo x >> ran.txt; rm -rf build")
+    drain()
+    # As a change to how the checks run is asked (tests/test_config_approval.py makes real ones).
+    Approval.objects.update(subject=ApprovalSubject.CONFIG_CHANGE)
+    path = link_path(mailing[0])
+    browser = Client()
+    browser.force_login(dana)
+    page = browser.get(path)
+    assert b'value="edit"' not in page.content and b"not edited" in page.content
+    refused = browser.post(path, {"decision": "edit", "input": '{"command": "ls"}'})
+    assert refused.status_code == 409 and b"approved or denied, not edited" in refused.content
+    assert Approval.objects.get().status == "pending"
+    assert MailLink.objects.get().used_at is None
+    unknown = browser.post(path, {"decision": "maybe"})
+    assert unknown.status_code == 409 and b"Choose Approve" in unknown.content

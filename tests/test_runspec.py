@@ -57,6 +57,8 @@ GIVEN = {
     "allowed_hosts": ["pypi.org"],
     "approval_timeout_seconds": 600,
     "webhook_urls": ["https://hooks.example.com/shiftlog"],
+    "slack_channel": "C0ALPHA123",
+    "slack_news": ["ended", "budget"],
     "limits": {"memory_mb": 700, "processes": 64, "cpu_seconds": 90, "workspace_mb": 50},
     "fleet_conflicts": "person",
 }
@@ -118,6 +120,7 @@ def test_the_cli_makes_the_same_run(reference, owner):
     args += ["--allow-host", "pypi.org", "--approval-timeout", "600"]
     args += ["--webhook", g["webhook_urls"][0], "--max-memory-mb", "700", "--max-processes", "64"]
     args += ["--max-cpu-seconds", "90", "--max-workspace-mb", "50", "--fleet-conflicts", "person"]
+    args += ["--slack-channel", "C0ALPHA123", "--slack-news", "ended,budget"]
     args += ["--user", owner.get_username()]
     out = StringIO()
     call_command(*args, stdout=out)
@@ -136,6 +139,7 @@ def test_the_web_form_makes_the_same_run(reference):
         "tool_policy": json.dumps(g["tool_policy"]),
         "allowed_hosts": "pypi.org",
         "webhook_urls": g["webhook_urls"][0],
+        "slack_news": "ended, budget",
         **{f"max_{k}": v for k, v in g["limits"].items()},
     }
     r = client_for(person).post("/runs/new/", form)
@@ -261,6 +265,10 @@ def test_a_spec_of_a_run_is_the_spec_it_was_made_from(reference):
         ({"webhook_urls": ["ftp://x"]}, "webhook_urls", "http://"),
         ({"acceptance": ["a", "a"]}, "acceptance", "listed twice"),
         ({"goal": "  "}, "goal", "needs a goal"),
+        ({"slack_channel": "general"}, "slack_channel", "not a Slack channel"),
+        ({"slack_channel": "#General Chat"}, "slack_channel", "not a Slack channel"),
+        ({"slack_news": ["ended", "started"]}, "slack_news", "unknown kind 'started'"),
+        ({"slack_news": "off,ended"}, "slack_news", "unknown kind 'off'"),
     ],
 )
 def test_a_bad_spec_is_refused_naming_its_field(changes, field, words):

@@ -11,35 +11,10 @@ from django.test import Client
 
 from agents import approvals, services
 from agents.models import Approval, Event, ProjectReach, Reach, SlackMessage
-from tests.fake_slack import FakeSlack, signed
+from tests.fake_slack import SECRET, TOKEN, signed
 from tests.helpers import call, drain, drive_until_idle, finish_turn, make_run, user_with
 
 pytestmark = pytest.mark.django_db
-
-SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-TOKEN = "xoxb-test-token-0123456789"
-
-
-@pytest.fixture(scope="module")
-def fake_slack():
-    with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture
-def slack(settings, fake_slack, django_capture_on_commit_callbacks):
-    fake_slack.reset()
-    settings.SHIFTLOG = {
-        **settings.SHIFTLOG,
-        "SLACK_BOT_TOKEN": TOKEN,
-        "SLACK_SIGNING_SECRET": SECRET,
-        "SLACK_CHANNEL": "C0DEFAULT",
-        "SLACK_API_URL": fake_slack.base_url,
-        "SLACK_BACKOFF_SECONDS": 0.0,
-        "MAIL_NOTIFICATIONS": False,
-    }
-    drain()
-    return fake_slack
 
 
 def linked(name: str, slack_id: str, *perms: str):

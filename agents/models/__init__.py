@@ -154,6 +154,11 @@ class Run(models.Model):
     # default, which is no expiry.
     approval_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
     webhook_urls = models.JSONField(default=list, blank=True)
+    # Where its Slack messages go (a channel id or #name; blank: its project's channel), and
+    # which run news it posts: some of ended, paused, budget; [] for none; null: its project's
+    # switches (agents/reach.py).
+    slack_channel = models.CharField(max_length=80, blank=True)
+    slack_news = models.JSONField(null=True, blank=True)
 
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
@@ -244,7 +249,7 @@ class Run(models.Model):
         "model", "script_name", "heartbeat_seconds", "project", "max_sessions", "max_tokens",
         "max_cost_usd", "max_wall_seconds", "max_turns_per_session",
         "max_input_tokens_per_session", "tool_policy", "approval_timeout_seconds",
-        "webhook_urls", "limits", "fleet_conflicts", "toolchain", "protected", "check_settings",
+        "webhook_urls", "slack_channel", "slack_news", "limits", "fleet_conflicts", "toolchain", "protected", "check_settings",
         "suite_guard", "held_out",
     )  # fmt: skip
 
@@ -455,6 +460,11 @@ class EventQuerySet(models.QuerySet):
             .values_list("payload", flat=True)
         )
 
+    def ranges_of(self, run: Run) -> list[tuple[int, int]]:
+        """`abandoned_ranges` of a run read from the database: none, without a query, for a run
+        never rewound (a rewind sets Run.branch_seq to its run.rewound event's seq)."""
+        return self.abandoned_ranges(run.pk) if run.branch_seq else []
+
     def on_live_branch(
         self, run_id: int, ranges: list[tuple[int, int]] | None = None
     ) -> EventQuerySet:
@@ -506,9 +516,12 @@ class EventQuerySet(models.QuerySet):
             qs = qs.filter(session_id=session_id)
         return qs
 
-    def check_results(self, run_id: int) -> EventQuerySet:
+    def check_results(
+        self, run_id: int, ranges: list[tuple[int, int]] | None = None
+    ) -> EventQuerySet:
         """The harness's check results on the live branch, oldest first."""
-        return self.on_live_branch(run_id).filter(kind=EventKind.CHECK_RESULT).order_by("seq")
+        live = self.on_live_branch(run_id, ranges)
+        return live.filter(kind=EventKind.CHECK_RESULT).order_by("seq")
 
 
 class Event(models.Model):
@@ -646,6 +659,7 @@ from agents.models.reach import (  # noqa: E402, F401
     MailLink,
     ProjectReach,
     Reach,
+    SlackLinkClaim,
     SlackMessage,
     SlackMessageKind,
 )

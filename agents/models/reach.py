@@ -126,3 +126,22 @@ class MailLink(models.Model):
 
     def __str__(self) -> str:
         return f"mail link {self.pk} for approval {self.approval_id} to {self.user}"
+
+
+class SlackLinkClaim(models.Model):
+    """A person asked to link a Slack member id to themselves (the page /me/reach/): the bot
+    sent that Slack user a button carrying this claim's id, signed and expiring. Only a signed
+    click of that Slack user uses it up and saves the link (agents/slack_link.py), so nobody
+    can claim another person's Slack id."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    slack_user_id = models.CharField(max_length=40)
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+        indexes = [models.Index(fields=["user", "created_at"], name="slacklink_user_recent")]
+
+    def __str__(self) -> str:
+        return f"Slack link claim {self.pk}: {self.user} as {self.slack_user_id}"

@@ -1,146 +1,162 @@
 """Deciding away from the dashboard, end to end (issue 33): a real `serve` (daphne and a huey
-worker) posts the approvals to a fake Slack Web API and mails them to a real SMTP server on
-loopback (aiosmtpd); one call is approved by a signed Slack callback sent over HTTP, and the
-inbox open in Chromium turns its card to "approved by eve" live; the other is denied in the
-browser from the mailed link."""
+worker) talks to a fake Slack Web API and mails a real SMTP server on loopback (aiosmtpd).
+
+Eve links her own Slack account in Chromium (Your notifications: the bot DMs her a "Link to eve"
+button, whose signed click over HTTP makes the link) and opts in to approval mails there. Then a
+run asks three calls: one is approved by a signed Slack callback as her, and the inbox open in
+Chromium turns its card to "approved by eve" live; one is denied from its mailed link, and one
+approved with an edited input from its mailed link."""
 
 from __future__ import annotations
 
-import email
-import os
+import json
 import re
-import urllib.request
-from email import policy
-
-import pytest
 
 from agents.models import Approval, Reach, Run, SlackMessage
-from tests.e2e.helpers import CHROMIUM, free_port, log_in, serving, wait_js
-from tests.fake_slack import FakeSlack, signed
+from tests.e2e.helpers import (
+    BROWSER_TEST,
+    log_in,
+    mail_env,
+    serving,
+    slack_callback,
+    slack_env,
+    smtp_server,
+    wait_js,
+)
+from tests.fake_slack import FakeSlack
 from tests.helpers import call, finish_turn, make_run
 from tests.procs import wait_for
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 SECRET = "e2e-signing-secret-0123456789abcdef"
 
 
-class Inbox:
-    """An SMTP server on loopback keeping what it receives."""
+def link_own_slack(page, base: str, slack) -> None:
+    """Eve, on her notifications page: approval mails on, and her Slack account linked through
+    the button the bot sends it."""
+    page.goto(f"{base}/me/reach/")
+    assert page.text_content("#slack-unlinked").startswith("No Slack account is linked")
+    page.check("input[name=mail_approvals]")
+    page.click("#mail-settings button")
+    page.wait_for_selector("text=Mail settings saved.")
+    page.fill("#slack-user-id", "U0EVE1234")
+    page.click("#slack-link-form button")
+    page.wait_for_selector("text=Click “Link to eve” there to finish.")
+    wait_for(lambda: slack.of("chat.postMessage"), timeout=30, what="the bot's DM")
+    [dm] = slack.of("chat.postMessage")
+    assert dm["channel"] == "U0EVE1234"
+    [button] = next(b for b in dm["blocks"] if b["type"] == "actions")["elements"]
+    assert button["text"]["text"] == "Link to eve"
+    # Someone else's Slack account clicking it links nothing.
+    click = {"type": "block_actions", "actions": [{"action_id": "shiftlog_link"}]}
+    click["actions"][0]["value"] = button["value"]
+    assert slack_callback(base, {**click, "user": {"id": "U0MALLORY"}}, SECRET) == 200
+    page.reload()
+    assert page.locator("#slack-linked").count() == 0
+    # Eve's does.
+    assert slack_callback(base, {**click, "user": {"id": "U0EVE1234"}}, SECRET) == 200
+    page.reload()
+    assert "Linked to Slack member U0EVE1234" in page.text_content("#slack-linked")
+    assert Reach.objects.get(user__username="eve").mail_approvals
 
-    def __init__(self) -> None:
-        self.messages: list[email.message.EmailMessage] = []
 
-    async def handle_DATA(self, server, session, envelope):  # aiosmtpd's name
-        self.messages.append(email.message_from_bytes(envelope.content, policy=policy.default))
-        return "250 OK"
+def decide_from_mail(page, base: str, mailbox, command: str, *, edit: str = "", deny: str = ""):
+    mailed = next(m for m in mailbox.messages if command in mailbox.text_of(m))
+    assert mailed.get_body(("html",)) is not None
+    path = re.search(r"(/approvals/mail/\S+/)", mailbox.text_of(mailed))[1]
+    page.goto(f"{base}{path}")
+    if edit:
+        page.click("details.edit summary")
+        page.fill("textarea[name=input]", "{not json")
+        page.click("button[value=edit]")
+        page.wait_for_selector("p.error")
+        assert "JSON" in page.text_content("p.error")  # said plainly; the link still works
+        page.fill("textarea[name=input]", json.dumps({"command": edit}))
+        page.click("button[value=edit]")
+    else:
+        page.fill("input[name=reason]", deny)
+        page.click("button[value=deny]")
+    page.wait_for_selector("#decided")
+    words = page.text_content("#decided")
+    page.goto(f"{base}{path}")
+    assert "already used" in page.text_content("#link-refused")
+    return words
 
 
-def test_approved_from_slack_live_on_the_dashboard_and_denied_from_the_mail(pages, eve, tmp_path):
-    from aiosmtpd.controller import Controller
-
+def test_linked_in_slack_by_oneself_then_deciding_from_slack_and_from_the_mail(
+    pages, eve, tmp_path
+):
     eve.email = "eve@example.com"
     eve.save()
-    Reach.objects.create(user=eve, slack_user_id="U0EVE", mail_approvals=True)
-    inbox = Inbox()
-    smtp_port = free_port()
-    smtp = Controller(inbox, hostname="127.0.0.1", port=smtp_port)
-    smtp.start()
-    try:
-        with (
-            FakeSlack() as slack,
-            serving(
-                tmp_path,
-                SHIFTLOG_DEMO_TURN_DELAY="0",
-                SHIFTLOG_SLACK_BOT_TOKEN="xoxb-e2e",
-                SHIFTLOG_SLACK_SIGNING_SECRET=SECRET,
-                SHIFTLOG_SLACK_CHANNEL="C0OPS",
-                SHIFTLOG_SLACK_API_URL=slack.base_url,
-                SHIFTLOG_EMAIL_HOST="127.0.0.1",
-                SHIFTLOG_EMAIL_PORT=str(smtp_port),
-            ) as base,
-        ):
-            commands = ["echo a >> a.txt; rm -rf build", "echo b >> b.txt; rm -rf dist"]
-            run = make_run(
-                created_by=eve,
-                turns=[{"tool_calls": [call("bash", command=c) for c in commands]}, finish_turn()],
-            )
-            wait_for(
-                lambda: (
-                    Approval.objects.filter(run=run, status="pending").count() == 2
-                    and SlackMessage.objects.filter(run=run).exclude(ts="").count() == 2
-                    and len(inbox.messages) == 2
-                ),
-                timeout=120,
-                what="both approvals posted to Slack and mailed",
-                interval=0.2,
-            )
-            by_slack, by_mail = Approval.objects.filter(run=run).order_by("pk")
-            page = pages()
-            log_in(page, base)
-            page.goto(f"{base}/approvals/")
-            wait_js(page, "document.querySelector('#live-state.on') !== null")
-            assert page.locator(f"#approval-{by_slack.pk} form.decide").count() == 1
+    with (
+        smtp_server() as (smtp_port, mailbox),
+        FakeSlack() as slack,
+        serving(
+            tmp_path,
+            SHIFTLOG_DEMO_TURN_DELAY="0",
+            **slack_env(slack, SECRET),
+            **mail_env(smtp_port),
+        ) as base,
+    ):
+        page = pages()
+        log_in(page, base)
+        link_own_slack(page, base, slack)
 
-            # The click Slack would send for the message's Approve button, signed, over HTTP.
-            click = {
-                "type": "block_actions",
-                "user": {"id": "U0EVE"},
-                "channel": {"id": "C0OPS"},
-                "actions": [{"action_id": "shiftlog_approve", "value": str(by_slack.pk)}],
-            }
-            request = signed(click, SECRET)
-            answer = urllib.request.urlopen(
-                urllib.request.Request(
-                    f"{base}/slack/interactive",
-                    data=request["data"].encode(),
-                    headers={"Content-Type": request["content_type"], **request["headers"]},
-                ),
-                timeout=30,
-            )
-            assert answer.status == 200
-            wait_js(
-                page,
-                f"(document.querySelector('#approval-{by_slack.pk} .decided') || {{}})"
-                ".textContent?.startsWith('Approved by eve')",
-            )
-            wait_for(
-                lambda: any(
-                    "Approved* by eve" in str(u["blocks"]) for u in slack.of("chat.update")
-                ),
-                timeout=60,
-                what="the Slack message updated to say who approved",
-            )
+        commands = [
+            "echo a >> a.txt; rm -rf build",
+            "echo b >> b.txt; rm -rf dist",
+            "echo c >> c.txt; rm -rf cache",
+        ]
+        run = make_run(
+            created_by=eve,
+            turns=[{"tool_calls": [call("bash", command=c) for c in commands]}, finish_turn()],
+        )
+        wait_for(
+            lambda: (
+                Approval.objects.filter(run=run, status="pending").count() == 3
+                and SlackMessage.objects.filter(run=run).exclude(ts="").count() == 3
+                and len(mailbox.messages) == 3
+            ),
+            timeout=120,
+            what="the approvals posted to Slack and mailed",
+            interval=0.2,
+        )
+        by_slack, by_mail, edited = Approval.objects.filter(run=run).order_by("pk")
+        page.goto(f"{base}/approvals/")
+        wait_js(page, "document.querySelector('#live-state.on') !== null")
+        assert page.locator(f"#approval-{by_slack.pk} form.decide").count() == 1
 
-            # The mail of the other call: its link, followed in the browser, denies it.
-            mailed = next(
-                m for m in inbox.messages if "rm -rf dist" in m.get_body(("plain",)).get_content()
-            )
-            path = re.search(r"(/approvals/mail/\S+/)", mailed.get_body(("plain",)).get_content())[
-                1
-            ]
-            assert mailed.get_body(("html",)) is not None
-            page.goto(f"{base}{path}")
-            page.fill("input[name=reason]", "keep dist")
-            page.click("button[value=deny]")
-            page.wait_for_selector("#decided")
-            assert page.text_content("#decided").startswith("Denied by eve")
-            by_mail.refresh_from_db()
-            assert (by_mail.status, by_mail.comment) == ("denied", "keep dist")
-            page.goto(f"{base}{path}")
-            assert "already used" in page.text_content("#link-refused")
-            wait_for(
-                lambda: Run.objects.get(pk=run.pk).status not in ("awaiting_approval",),
-                timeout=60,
-                what="the run to go on",
-            )
-    finally:
-        smtp.stop()
+        # The click Slack would send for the message's Approve button: eve's, by her own link.
+        click = {
+            "type": "block_actions",
+            "user": {"id": "U0EVE1234"},
+            "channel": {"id": "C0OPS"},
+            "actions": [{"action_id": "shiftlog_approve", "value": str(by_slack.pk)}],
+        }
+        assert slack_callback(base, click, SECRET) == 200
+        wait_js(
+            page,
+            f"(document.querySelector('#approval-{by_slack.pk} .decided') || {{}})"
+            ".textContent?.startsWith('Approved by eve')",
+        )
+        wait_for(
+            lambda: any("Approved* by eve" in str(u["blocks"]) for u in slack.of("chat.update")),
+            timeout=60,
+            what="the Slack message updated to say who approved",
+        )
+
+        # The mails of the other two: one denied, one approved edited, in the browser.
+        words = decide_from_mail(page, base, mailbox, "rm -rf dist", deny="keep dist")
+        assert words.startswith("Denied by eve")
+        by_mail.refresh_from_db()
+        assert (by_mail.status, by_mail.comment) == ("denied", "keep dist")
+        words = decide_from_mail(page, base, mailbox, "rm -rf cache", edit="echo c >> c.txt")
+        assert words.startswith("Approved by eve") and "(with edits)" in words
+        edited.refresh_from_db()
+        assert edited.edited_input == {"command": "echo c >> c.txt"}
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).status not in ("awaiting_approval",),
+            timeout=60,
+            what="the run to go on",
+        )

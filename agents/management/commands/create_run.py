@@ -97,6 +97,17 @@ class Command(BaseCommand):
             help="POST notifications here (repeatable)",
         )
         parser.add_argument(
+            "--slack-channel",
+            metavar="C…|#NAME",
+            help="post this run's Slack messages here (default: its project's channel)",
+        )
+        parser.add_argument(
+            "--slack-news",
+            metavar="KINDS",
+            help="which run news goes to Slack: any of ended,paused,budget, or off "
+            "(default: the project's settings)",
+        )
+        parser.add_argument(
             "--approval-timeout",
             dest="approval_timeout_seconds",
             type=int,

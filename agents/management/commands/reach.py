@@ -3,7 +3,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
-from agents.management.base import BaseCommand, fail
+from agents import inputs, reach
+from agents.management.base import BaseCommand, acting, fail, get_run
 from agents.models import ProjectReach, Reach
 
 
@@ -26,9 +27,30 @@ class Command(BaseCommand):
         parser.add_argument(
             "--project", metavar="NAME", help="a project's Slack channel ('' for the default)"
         )
-        parser.add_argument("--channel", metavar="C…", help="the project's channel")
+        parser.add_argument(
+            "--run",
+            type=int,
+            metavar="ID",
+            help="a run's own Slack settings (with --channel, --news)",
+        )
+        parser.add_argument(
+            "--channel",
+            metavar="C…|#NAME",
+            help="the project's (or the run's: '' for its project's) channel",
+        )
+        parser.add_argument(
+            "--news",
+            metavar="KINDS",
+            help="with --run: which run news goes to Slack: any of ended,paused,budget; off; or "
+            "project (its project's settings)",
+        )
 
     def handle(self, *args, **o):
+        if o["run"] is not None:
+            self._run(o)
+            return
+        if o["news"] is not None:
+            raise fail("--news is a run's setting: give --run ID")
         if o["user"] is not None:
             self._person(o)
         elif o["project"] is not None:
@@ -53,6 +75,22 @@ class Command(BaseCommand):
                 f"person {row.user.get_username()}: Slack {row.slack_user_id or '-'}, mail "
                 f"{', '.join(mails) or 'none'}"
             )
+
+    def _run(self, o) -> None:
+        run = get_run(o["run"])
+        try:
+            run = reach.set_run_slack(
+                run, channel=o["channel"], news=o["news"], actor=acting(None)[1]
+            )
+        except inputs.InputError as e:
+            raise fail(str(e)) from None
+        route = reach.where_approvals_go(run)
+        own = "its own" if route["own"] else "its project's"
+        news = ", ".join(route["news"]) or "none"
+        channel = run.slack_channel or reach.route_for(run).slack_channel or "-"
+        self.stdout.write(
+            f"run {run.pk}: Slack channel {channel}, run news {news} ({own} settings)"
+        )
 
     def _person(self, o) -> None:
         user = get_user_model().objects.filter(username=o["user"]).first()

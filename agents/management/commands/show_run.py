@@ -71,6 +71,8 @@ def run_summary(run) -> dict:
         "tool_policy": run.tool_policy,
         "global_tool_policy": settings.SHIFTLOG["TOOL_POLICY"],
         "webhook_urls": run.webhook_urls,
+        # The run's own Slack settings ("" / null: its project's; [] no run news).
+        "slack": {"channel": run.slack_channel, "news": run.slack_news},
         "sessions": sessions,
         "rubric": run.rubric,
         "protected": sorted(run.protected),
