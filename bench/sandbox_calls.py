@@ -12,7 +12,9 @@ Each round measures, interleaved call by call so load changes hit every row alik
   bwrap full     the product's whole bubblewrap command for `cat notes.txt` (its view of the
                  filesystem, namespaces, user, tmpfs), started directly with subprocess.run
   run_command    agents.sandbox.run_command("cat notes.txt") under bwrap: limits, cgroups,
-                 output capture, kill of leftovers (what a bash step pays for its process)
+                 output capture, kill of leftovers
+  with egress    the same with the run's egress proxy (what a run's bash step pays for its
+                 process: a run under bwrap always has one), and the proxy's end_command()
 
 With --compare-tree the same rounds run in a second checkout's code too (alternating rounds,
 each in a fresh child process), so a change is measured before and after in one run. Figures are
@@ -22,6 +24,7 @@ medians in ms; the load average is printed beside them (a shared machine: compar
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shutil
@@ -33,20 +36,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("true", "bwrap bare", "bwrap full", "run_command")
+ROWS = ("true", "bwrap bare", "bwrap full", "run_command", "with egress")
 
 
 def _child(tree: str, calls: int) -> dict[str, list[float]]:
     sys.path.insert(0, tree)
     from agents.sandbox import Workspace, bash, run_command
+    from agents.sandbox.egress import EgressProxy
 
     folder = Path(tempfile.mkdtemp(prefix="shiftlog-bench-", dir="/var/tmp"))
+    proxy = EgressProxy(folder / "egress", lambda host, port: "deny", lambda *a: None).start()
     try:
         (folder / "notes.txt").write_text("the quick brown fox\n")
         ws = Workspace(folder)
         binary = shutil.which("bwrap")
         env = bash.command_env(ws, isolation="bwrap")
         run_command("true", workspace=ws, isolation="bwrap")  # warm: probes, first cgroups
+        run_command("true", workspace=ws, isolation="bwrap", egress=proxy)
         times: dict[str, list[float]] = {row: [] for row in ROWS}
         for _ in range(calls):
             for row in ROWS:
@@ -57,7 +63,11 @@ def _child(tree: str, calls: int) -> dict[str, list[float]]:
                 elif row == "bwrap bare":
                     subprocess.run([binary, "--ro-bind", "/", "/", "/usr/bin/true"], check=True)
                 elif row == "bwrap full":
-                    fds = bash.view.user_db_fds()
+                    # As run_command builds it: /etc as one copy where the tree has that.
+                    extra = {}
+                    if "etc_folder" in inspect.signature(bash._argv).parameters:
+                        extra["etc_folder"] = bash.view.etc_copy()
+                    fds = bash.view.user_db_fds() if extra.get("etc_folder") is None else ()
                     argv = bash._argv(
                         "cat notes.txt",
                         ws,
@@ -66,7 +76,8 @@ def _child(tree: str, calls: int) -> dict[str, list[float]]:
                         toolchain=None,
                         limits=bash.DEFAULT_LIMITS,
                         egress=None,
-                        user_fds=fds,
+                        user_fds=fds or None,
+                        **extra,
                     )
                     with tempfile.TemporaryFile() as out:
                         subprocess.run(
@@ -74,12 +85,19 @@ def _child(tree: str, calls: int) -> dict[str, list[float]]:
                         )
                     for fd in fds:
                         os.close(fd)
-                else:
+                elif row == "run_command":
                     result = run_command("cat notes.txt", workspace=ws, isolation="bwrap")
+                    assert result.output == "the quick brown fox\n", result
+                else:
+                    result = run_command(
+                        "cat notes.txt", workspace=ws, isolation="bwrap", egress=proxy
+                    )
+                    proxy.end_command()
                     assert result.output == "the quick brown fox\n", result
                 times[row].append((time.perf_counter() - began) * 1000)
         return times
     finally:
+        proxy.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -129,8 +147,9 @@ def table(figures: dict) -> list[str]:
             cells += [f"{value:.2f}", f"{value / bare:.2f}"]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     if "compared" in figures:
-        ratio = figures["compared"]["run_command"] / figures["this"]["run_command"]
-        lines += ["", f"run_command: the compared tree takes {ratio:.2f}x this one's time"]
+        for row in ("run_command", "with egress"):
+            ratio = figures["compared"][row] / figures["this"][row]
+            lines += ["", f"{row}: the compared tree takes {ratio:.2f}x this one's time"]
     return lines
 
 

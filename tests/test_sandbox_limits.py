@@ -463,3 +463,31 @@ def test_commands_start_inside_a_slot_kept_for_them(ws: Workspace, isolation: st
     assert results[0].exit_code == 0
     assert folders() == slot and set.union(*(held(f) for f in slot)) == server
     assert our_cgroups() == []  # given up: the server stopped, the folders removed
+
+
+@needs_cgroup
+@needs_bwrap
+def test_a_command_finds_its_user_database_whatever_numbers_the_worker_gave_its_fds(
+    ws: Workspace,
+) -> None:
+    """In a busy worker the pipes holding the sandbox's /etc/passwd and /etc/group get numbers
+    above 200, where the fork server used to park its own copies: a copy landed on its target
+    and kept close-on-exec, and bwrap failed ("Can't write data to file /etc/passwd: Bad file
+    descriptor"), failing a run's done-conditions for nothing (seen with 300 runs at once)."""
+    spawner.POOL.drain()
+    held = []
+    try:
+        while True:  # take every number below 201: the user database's pipes get 201 and 202
+            fd = os.open("/dev/null", os.O_RDONLY)
+            if fd >= 200:
+                held.append(fd)
+                break
+            held.append(fd)
+        result = run_command(
+            "cat /etc/passwd /etc/group", workspace=ws, isolation="bwrap", timeout=30
+        )
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert result.exit_code == 0, result.output
+    assert "agent:x:" in result.output and "nogroup:x:" in result.output

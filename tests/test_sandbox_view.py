@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import Workspace, isolation_available, run_command
+from agents.sandbox import Workspace, isolation_available, run_command, view
 from agents.sandbox.view import build_view, toolchain_path
 from tests.sandboxing import host_folder, marker, remove_folder
 
@@ -289,6 +289,114 @@ def test_build_view_never_binds_the_host_root(host: Host) -> None:
     assert str(host.ws.path) in binds
     assert not {str(host.data), "/etc", "/root", "/home", "/var"} & binds
     assert ("--bind", str(host.ws.path), str(host.ws.path)) in pairs
+    # With the copy of /etc's allowed entries (what commands get), /etc is that copy, never
+    # the host's /etc.
+    folder = view.etc_copy()
+    if folder is not None:
+        argv = build_view(host.ws.path, etc_folder=folder)
+        pairs = list(zip(argv, argv[1:], argv[2:], strict=False))
+        assert ("--ro-bind", folder, "/etc") in pairs
+        assert not [p for p in pairs if p[0] in ("--bind", "--ro-bind") and p[1] == "/etc"]
+
+
+# --- /etc in one mount: a copy of the allowed entries --------------------------------------------
+@pytest.fixture
+def fake_etc(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """A host /etc of the test's own, and a base folder for its copies."""
+    root = host_folder("shiftlog-etc-")
+    etc, base = root / "etc", root / "copies"
+    (etc / "ssl" / "certs").mkdir(parents=True)
+    (etc / "ssl" / "private").mkdir()
+    (etc / "ssl" / "private" / "key.pem").write_text("PRIVATE\n")
+    (etc / "ssl" / "certs" / "ca.pem").write_text("CA\n")
+    (etc / "ssl" / "certs" / "link.pem").symlink_to("/usr/share/ca-certificates/x.crt")
+    (etc / "hosts").write_text("127.0.0.1 localhost\n")
+    (etc / "shadow").write_text("root:SECRET\n")
+    (root / "zone").write_text("UTC-zone\n")
+    (etc / "localtime").symlink_to(root / "zone")
+    (etc / "dangling").symlink_to(root / "nowhere")
+    monkeypatch.setattr(view, "_ETC_ROOT", str(etc))
+    monkeypatch.setattr(view, "_etc_base", lambda: base)
+    monkeypatch.setattr(view, "_ETC", view._EtcCopy())
+    try:
+        yield etc, base
+    finally:
+        remove_folder(root)
+
+
+ALLOWED = ("hosts", "localtime", "ssl/certs", "dangling", "missing")
+
+
+def test_the_etc_copy_holds_the_allowed_entries_and_nothing_else(
+    fake_etc: tuple[Path, Path],
+) -> None:
+    _etc, base = fake_etc
+    folder = Path(view.etc_copy(ALLOWED) or "")
+    assert folder.parent == base and oct(base.stat().st_mode & 0o777) == "0o700"
+    found = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    assert found == sorted(
+        [
+            "group",
+            "hosts",
+            "localtime",
+            "passwd",
+            "ssl",
+            "ssl/certs",
+            "ssl/certs/ca.pem",
+            "ssl/certs/link.pem",
+        ]
+    )
+    assert (folder / "hosts").read_text() == "127.0.0.1 localhost\n"
+    # A top-level link is copied as what it points to (as a bind shows it); a link inside a
+    # folder stays a link (as under a bind).
+    assert not (folder / "localtime").is_symlink()
+    assert (folder / "localtime").read_text() == "UTC-zone\n"
+    assert os.readlink(folder / "ssl/certs/link.pem") == "/usr/share/ca-certificates/x.crt"
+    # Asked again within the recheck time: the same copy, not made again.
+    assert view.etc_copy(ALLOWED) == str(folder)
+
+
+def test_a_change_in_etc_makes_a_new_copy(
+    fake_etc: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    etc, _base = fake_etc
+    first = view.etc_copy(ALLOWED)
+    (etc / "hosts").write_text("127.0.0.1 localhost\n10.0.0.1 db\n")
+    assert view.etc_copy(ALLOWED) == first  # not looked at again yet
+    monkeypatch.setattr(view, "ETC_RECHECK_S", 0.0)
+    second = view.etc_copy(ALLOWED)
+    assert second != first
+    assert Path(second or "", "hosts").read_text().endswith("10.0.0.1 db\n")
+    (etc / "ssl" / "certs" / "new.pem").write_text("NEW\n")  # deep inside an entry
+    third = view.etc_copy(ALLOWED)
+    assert third not in (first, second) and Path(third or "", "ssl/certs/new.pem").exists()
+
+
+def test_a_base_folder_others_may_write_gives_no_copy(
+    fake_etc: tuple[Path, Path],
+) -> None:
+    _etc, base = fake_etc
+    base.mkdir(mode=0o777)
+    os.chmod(base, 0o777)
+    assert view.etc_copy(ALLOWED) is None  # the entries are bound one by one instead
+    assert not list(base.iterdir())
+
+
+@needs_bwrap
+def test_commands_see_the_copy_as_etc_read_only(host: Host) -> None:
+    folder = view.etc_copy()
+    if folder is None:
+        pytest.skip("no copy of /etc here")
+    _code, out = sandboxed(
+        "cat /etc/hosts; grep -c '^agent:' /etc/passwd; touch /etc/x 2>&1; "
+        "echo y >> /etc/hosts 2>&1",
+        host.ws,
+    )
+    assert out.startswith(Path("/etc/hosts").read_text()), out
+    assert out.count("Read-only file system") == 2, out
+    assert "\n1\n" in out, out
+    assert not Path(folder, "x").exists()
+    assert Path(folder, "hosts").read_text() == Path("/etc/hosts").read_text()
 
 
 # --- what a command sees of the environment ----------------------------------------------------

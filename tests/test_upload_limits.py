@@ -16,8 +16,7 @@ from agents import services
 from agents.runspec import RunSpec
 from api.models import ApiToken
 from tests.helpers import user_with
-from tests.procs import Procs, wait_for
-from tests.test_serve import free_port
+from tests.procs import Procs, free_port, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 

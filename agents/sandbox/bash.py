@@ -162,23 +162,29 @@ def _argv(
     egress: EgressProxy | None,
     user_fds: tuple[int, int] | None,
     writable: Sequence[str] = (),
+    run_net: bool = False,
+    etc_folder: str | None = None,
 ) -> list[str]:
     if isolation == "subprocess":
         return ["/bin/sh", "-c", command]
+    # With the run's network namespace (its starter joined it) the proxy's listener is there.
+    relayed = egress is not None and not run_net
     argv = view.build_view(
         workspace.path,
         bwrap=_bwrap_binary() or "bwrap",
         toolchain=toolchain,
         env=env,
-        egress_socket_dir=str(egress.socket_dir) if egress is not None else None,
+        egress_socket_dir=str(egress.socket_dir) if relayed else None,
+        share_net=run_net,
+        etc_folder=etc_folder,
         tmp_bytes=limits.tmp_bytes,
         passwd_fd=user_fds[0] if user_fds else None,
         group_fd=user_fds[1] if user_fds else None,
         writable=writable,
     )
-    if egress is None:
+    if not relayed:
         return [*argv, "/bin/sh", "-c", command]
-    # Start the relay (it returns once it listens), then become the command.
+    # No namespace of the run's (relay.py): start the relay (it returns once it listens), then become the command.
     sock = f"{view.EGRESS_DIR}/{relay.SOCKET_NAME}"
     script = (
         f'python3 -I -S -c "$1" {sock} {relay.RELAY_PORT} '
@@ -230,8 +236,12 @@ class _ChildSetup:
     parent: int
     rlimits: tuple[tuple[int, int, int], ...]
     join: tuple[str, ...]
+    netns: tuple[int, ...] | None = None  # the run's namespaces (relay.RunNet.fds); failing,
+    # no exec
 
     def __call__(self) -> None:
+        if self.netns is not None:
+            relay.enter(self.netns)
         # Into the command's cgroups first, so everything it starts is counted and killable.
         for path in self.join:
             fd = os.open(path, os.O_WRONLY)
@@ -248,6 +258,10 @@ class _ChildSetup:
             # ... also when the worker died between the fork and the prctl.
             if os.getppid() != self.parent:
                 os._exit(137)
+
+
+def _dup(fds: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    return None if fds is None else tuple(os.dup(fd) for fd in fds)
 
 
 def _kill_group(pgid: int) -> None:
@@ -407,7 +421,13 @@ def run_command(
     cgroup: CommandCgroup | None = slot.cgroup if slot is not None else None
     if cgroup is not None and cgroup.problems:  # fail closed: say what is not enforced
         applied["cgroup_problems"] = "; ".join(cgroup.problems)
-    user_fds = view.user_db_fds() if isolation == "bwrap" else None
+    # /etc: one copy of the allowed entries, with the sandbox's passwd and group in it; without
+    # one, the entries bound one by one and the user database passed in on two pipes.
+    etc_folder = view.etc_copy() if isolation == "bwrap" else None
+    user_fds = view.user_db_fds() if isolation == "bwrap" and etc_folder is None else None
+    # The run's network namespace (relay.RunNet), held by a descriptor of this call's own so it
+    # cannot change under the command; None: a new empty one, with the relay inside.
+    netns = _dup(use_egress.netns_fds) if use_egress is not None else None
     timed_out = cancelled = False
     emptied = False  # the command's cgroups held no process when it was over
     started = time.monotonic()
@@ -427,11 +447,20 @@ def run_command(
                 egress=use_egress,
                 user_fds=user_fds,
                 writable=writable,
+                run_net=netns is not None,
+                etc_folder=etc_folder,
             )
             proc: subprocess.Popen | spawner.Remote
             if slot is not None:
                 proc = spawner.start(
-                    slot, argv, env, str(workspace.path), out.fileno(), user_fds or (), rlimits
+                    slot,
+                    argv,
+                    env,
+                    str(workspace.path),
+                    out.fileno(),
+                    user_fds or (),
+                    rlimits,
+                    netns=netns,
                 )
             else:
                 proc = subprocess.Popen(
@@ -442,7 +471,7 @@ def run_command(
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_ChildSetup(os.getpid(), rlimits, ()),
+                    preexec_fn=_ChildSetup(os.getpid(), rlimits, (), netns),
                     pass_fds=user_fds or (),
                 )
             if user_fds:
@@ -495,6 +524,8 @@ def run_command(
             else:
                 spawner.POOL.discard(slot)
         for fd in user_fds or ():
+            os.close(fd)
+        for fd in netns or ():
             os.close(fd)
 
     exit_code: int | None = None

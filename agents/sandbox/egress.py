@@ -1,9 +1,12 @@
 """Egress under policy: an HTTP(S) proxy per run that asks before every connection.
 
-A sandboxed command has no network of its own. `EgressProxy` listens on a Unix socket in a
-per-run folder outside the workspace; run_command(..., egress=proxy) binds that folder into the
-sandbox and starts a tiny relay inside (see relay.py) that listens on 127.0.0.1:3128 and
-forwards to the socket, and points HTTP_PROXY/HTTPS_PROXY/ALL_PROXY at it.
+A sandboxed command has no network of its own. `EgressProxy` makes the run's network namespace,
+which holds nothing but a loopback interface and the proxy's own listener on 127.0.0.1:3128, and
+run_command(..., egress=proxy) starts each command of the run into it (relay.py: no relay process,
+nothing started per command) and points HTTP_PROXY/HTTPS_PROXY/ALL_PROXY at it. Where the worker
+may not make a namespace, a command gets a new empty one and a tiny relay inside that forwards
+127.0.0.1:3128 to the proxy's Unix socket (in a per-run folder outside the workspace, bound into
+the sandbox); the proxy listens on that socket in either case.
 
 For every connection (a CONNECT tunnel for HTTPS, or a plain HTTP request in absolute form) the
 proxy asks `decide(host, port)`:
@@ -55,7 +58,7 @@ from proxy.http.handler import HttpProtocolHandler
 from proxy.http.proxy import HttpProxyBasePlugin
 
 from agents.sandbox import addresses
-from agents.sandbox.relay import SOCKET_NAME
+from agents.sandbox.relay import RELAY_PORT, SOCKET_NAME, RunNet
 
 Decide = Callable[[str, int], str]
 # record(host, port, decision, bytes_up, bytes_down, reason)
@@ -116,6 +119,7 @@ class EgressProxy:
         timeout: float = 30.0,
         max_open: int = MAX_OPEN,
         max_per_command: int = MAX_PER_COMMAND,
+        run_net: bool = True,
     ) -> None:
         self.socket_dir = Path(socket_dir)
         self.socket_path = self.socket_dir / SOCKET_NAME
@@ -125,6 +129,9 @@ class EgressProxy:
         self.timeout = timeout  # a connection idle this long (nothing sent either way) is closed
         self.max_open = max_open
         self.max_per_command = max_per_command
+        self.want_run_net = run_net  # False: always the in-sandbox relay (relay.py)
+        self.net: RunNet | None = None  # the run's network namespace, when one could be made
+        self.net_problem = ""  # why there is none
         self._server: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._flags: Any = None
@@ -173,6 +180,14 @@ class EgressProxy:
         server.listen(128)
         server.setblocking(False)  # accept() only after select() says one waits
         self._server = server
+        self.net, self.net_problem = None, "not asked for"
+        if self.want_run_net:
+            try:
+                self.net = RunNet.make(RELAY_PORT)
+                self.net_problem = ""
+            except OSError as e:  # no CAP_SYS_ADMIN here: the relay inside each sandbox
+                self.net_problem = str(e)
+                log.info("egress: no network namespace per run (%s); relaying per command", e)
         self._thread = threading.Thread(target=self._accept, name="egress-accept", daemon=True)
         self._thread.start()
         return self
@@ -187,6 +202,9 @@ class EgressProxy:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.end_command()
+        net, self.net = self.net, None
+        if net is not None:
+            net.close()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
 
@@ -201,29 +219,46 @@ class EgressProxy:
         return self._server is not None
 
     @property
+    def netns_fds(self) -> tuple[int, ...] | None:
+        """The run's namespaces for setns(2) (relay.RunNet.fds), or None (then the relay runs
+        inside each sandbox)."""
+        net = self.net
+        return net.fds if net is not None and self._server is not None else None
+
+    def _listeners(self) -> list[socket.socket]:
+        server, net = self._server, self.net
+        found = [server] if server is not None else []
+        if net is not None:
+            found.append(net.listener)
+        return found
+
+    @property
     def open_connections(self) -> int:
         with self._lock:
             return len(self._open)
 
     # --- connections --------------------------------------------------------------------------
     def _accept(self) -> None:
-        while (server := self._server) is not None:
+        while self._server is not None:
+            listeners = self._listeners()
             try:
-                ready = _waiting(server, 0.2)
+                # stop() shuts the listeners down, which ends the wait at once: the timeout is
+                # only a backstop (300 runs' proxies waking 5 times a second cost a busy worker
+                # 1,500 GIL hand-offs a second).
+                ready = _waiting(listeners, 5.0)
             except (OSError, ValueError):
                 return  # closed by stop()
-            if not ready:
-                continue
             # Taken and registered under _accepting: end_command knows when none is in between.
-            with self._accepting:
-                try:
-                    conn, _ = server.accept()
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return  # closed by stop()
-                conn.setblocking(True)
-                self._take(conn)
+            for server in ready:
+                with self._accepting:
+                    try:
+                        conn, _ = server.accept()
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        return  # closed by stop()
+                    conn.setblocking(True)
+                    self._take(conn)
 
     def _take(self, conn: socket.socket) -> None:
         with self._lock:
@@ -271,12 +306,12 @@ class EgressProxy:
         and reported now (so each attempt is filed under the command that made it), the
         per-command count starts again, and what the caps refused is returned (reason: count)."""
         deadline = time.monotonic() + wait
-        server = self._server
+        listeners = self._listeners()
         # A connection still waiting in the listen queue is the command's too: let it be taken.
-        while server is not None and time.monotonic() < deadline:
+        while listeners and time.monotonic() < deadline:
             with self._accepting:  # none is between accept() and its registration
                 try:
-                    ready = _waiting(server, 0)
+                    ready = _waiting(listeners, 0)
                 except (OSError, ValueError):
                     break
             if not ready:
@@ -314,11 +349,18 @@ class EgressProxy:
             log.exception("egress record(%s, %s) failed", host[:100], port)
 
 
-def _waiting(server: socket.socket, timeout: float) -> bool:
-    """Whether a connection waits to be accepted (poll: any fd number, unlike select)."""
+def _waiting(servers: list[socket.socket], timeout: float) -> list[socket.socket]:
+    """The listeners a connection waits on to be accepted (poll: any fd number, unlike select);
+    a closed one raises."""
     poller = select.poll()
-    poller.register(server, select.POLLIN)
-    return bool(poller.poll(timeout * 1000))
+    by_fd = {}
+    for server in servers:
+        fd = server.fileno()
+        if fd < 0:
+            raise ValueError("closed")
+        by_fd[fd] = server
+        poller.register(fd, select.POLLIN)
+    return [by_fd[fd] for fd, _ in poller.poll(timeout * 1000) if fd in by_fd]
 
 
 def _drain(conn: Any, timeout: float) -> bool:

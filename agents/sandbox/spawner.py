@@ -56,10 +56,23 @@ adj("-1000")  # the OOM killer takes the command that went over, never the serve
 def child(req, fds):
     os.setsid()
     adj("0")
+    ns = req.get("netns", 0)
+    if ns:  # the last descriptors: the run's namespaces (relay.RunNet.fds), never the worker's
+        ours, fds = fds[-ns:], fds[:-ns]
+        kinds = [0x40000000] if ns == 1 else [0x10000000, 0x40000000]  # (user,) net
+        for fd, kind in zip(ours, kinds):
+            if libc.setns(fd, kind) != 0:
+                os.write(fds[0], b"shiftlog: cannot enter the run's network namespace\n")
+                os._exit(125)
+            os.close(fd)
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Popen's restore_signals: Python ignores them
         signal.signal(sig, signal.SIG_DFL)
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL: dies with the server
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 200) for fd in fds]
+    # Out of the way of every number the command must find its fds at (the worker's numbers,
+    # often above 200 in a busy worker): a copy landing on a target would be overwritten by the
+    # shuffle, or keep its close-on-exec flag when dup2 is asked to copy it onto itself.
+    low = max([200, *req["fds"]]) + 1
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low) for fd in fds]
     for fd in fds:
         os.close(fd)
     fd0 = os.open("/dev/null", os.O_RDONLY)
@@ -67,7 +80,7 @@ def child(req, fds):
     os.dup2(high[0], 1)
     os.dup2(high[0], 2)
     for fd, target in zip(high[1:], req["fds"]):
-        os.dup2(fd, target)
+        os.dup2(fd, target)  # inheritable: a copy onto another number drops close-on-exec
     for which, soft, hard in req["rlimits"]:  # last: a low RLIMIT_NOFILE would stop the dup
         cur = resource.getrlimit(which)[1]
         if cur != resource.RLIM_INFINITY:
@@ -198,16 +211,26 @@ class Slot:
         out: int,
         fds: Sequence[int],
         rlimits: Sequence[tuple[int, int, int]],
+        netns: Sequence[int] | None = None,
     ) -> Remote:
-        """The command, forked by the server. `fds` keep their numbers in it."""
+        """The command, forked by the server. `fds` keep their numbers in it. `netns`: the run's
+        namespaces (relay.RunNet.fds), entered before it execs (it exits with 125 if it cannot)."""
         if not self.ready.wait(30) or not self.alive():
             raise ServerGone("the fork server is not running")
         assert self.sock is not None
         payload = json.dumps(
-            {"argv": list(argv), "env": env, "cwd": cwd, "fds": list(fds), "rlimits": rlimits}
+            {
+                "argv": list(argv),
+                "env": env,
+                "cwd": cwd,
+                "fds": list(fds),
+                "rlimits": rlimits,
+                "netns": len(netns or ()),
+            }
         ).encode()
+        passed = [out, *fds, *(netns or ())]
         try:
-            socket.send_fds(self.sock, [len(payload).to_bytes(8, "big")], [out, *fds])
+            socket.send_fds(self.sock, [len(payload).to_bytes(8, "big")], passed)
             self.sock.sendall(payload)
             pid = b""
             while len(pid) < 8:
@@ -331,11 +354,12 @@ def start(
     out: int,
     fds: Sequence[int],
     rlimits: Sequence[tuple[int, int, int]],
+    netns: Sequence[int] | None = None,
 ) -> Remote:
     """Run the command through the slot's fork server; a server that died meanwhile is
     started again once."""
     try:
-        return slot.start(argv, env, cwd, out, fds, rlimits)
+        return slot.start(argv, env, cwd, out, fds, rlimits, netns)
     except ServerGone:
         POOL._on_starter(slot.warm)
-        return slot.start(argv, env, cwd, out, fds, rlimits)
+        return slot.start(argv, env, cwd, out, fds, rlimits, netns)

@@ -8,7 +8,7 @@ remembering to hide it:
 - read-only: /usr (and the /bin, /sbin, /lib* links or folders next to it), a vetted list of
   /etc entries (ETC_ALLOWED: name service, loader, certificates, locale and tool configuration;
   never shadow, gshadow, sudoers, ssh keys, ssl/private, pip.conf or npmrc, which can hold
-  credentials), and the toolchain folders the run is configured to use (by default the base
+  credentials; commands see a copy of exactly those entries, etc_copy()), and the toolchain folders the run is configured to use (by default the base
   interpreter's prefix, never Shiftlog's own virtualenv or source);
 - read-write: the run's workspace, at the same path as on the host;
 - private and empty at every command: /tmp and HOME (/home/agent), both size-capped tmpfs;
@@ -18,15 +18,25 @@ remembering to hide it:
   exist inside: a path there gives ENOENT, not EACCES.
 
 The command runs as uid 1000 ("agent") of a user namespace with every capability dropped, in new
-PID, network, IPC, UTS and cgroup namespaces, and dies with its parent.
+PID, IPC, UTS and cgroup namespaces and a new network namespace (or, with egress, the run's own:
+relay.RunNet), and dies with its parent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import logging
 import os
+import shutil
 import sys
+import tempfile
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 HOME = "/home/agent"
 SANDBOX_UID = 1000
@@ -86,6 +96,9 @@ PASSWD = (
 GROUP = f"root:x:0:\nagent:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
 
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# How often the copy of /etc (etc_copy) is compared with the host's /etc again.
+ETC_RECHECK_S = 30.0
+_ETC_ROOT = "/etc"  # (tests copy a folder of their own)
 
 
 def default_toolchain() -> list[str]:
@@ -143,6 +156,8 @@ def build_view(
     passwd_fd: int | None = None,
     group_fd: int | None = None,
     writable: Sequence[str] = (),
+    share_net: bool = False,
+    etc_folder: str | None = None,
 ) -> list[str]:
     """The bwrap argv (up to, not including, the command) that shows a command only what it needs.
 
@@ -152,12 +167,17 @@ def build_view(
     EGRESS_DIR. `passwd_fd`/`group_fd`: readable fds with PASSWD/GROUP (see user_db_fds()); the
     caller passes them to the child (pass_fds) and closes them after the start. `writable`:
     folders outside the workspace shown read-write at their own path (a check's report folder).
+    With `etc_folder`, which holds PASSWD and GROUP, `passwd_fd`/`group_fd` are not used.
+    `share_net`: keep the network namespace bwrap is started in (the run's, which its starter
+    joined: relay.RunNet) instead of a new empty one. `etc_folder`: a copy of the allowed /etc
+    entries (etc_copy()) shown read-only as /etc in one mount, instead of one mount per entry.
     """
     ws = os.path.realpath(workspace)
     argv = [bwrap]
     # Namespaces: user (uid 1000, no capabilities), pid, net, ipc, uts, cgroup.
     argv += [
         "--unshare-all",
+        *(["--share-net"] if share_net else []),
         "--unshare-user",
         "--uid",
         str(SANDBOX_UID),
@@ -173,16 +193,19 @@ def build_view(
         elif os.path.isdir(link):
             argv += _ro_bind(link)
 
-    argv += ["--perms", "0755", "--dir", "/etc"]
-    for name in etc:
-        path = os.path.join("/etc", name)
-        if os.path.lexists(path):
-            if os.path.islink(path) and not os.path.exists(os.path.realpath(path)):
-                continue  # a dangling link would make bwrap fail
-            argv += _ro_bind(path)
-    if passwd_fd is not None:
+    if etc_folder is not None:
+        argv += _ro_bind(etc_folder, "/etc")
+    else:
+        argv += ["--perms", "0755", "--dir", "/etc"]
+        for name in etc:
+            path = os.path.join("/etc", name)
+            if os.path.lexists(path):
+                if os.path.islink(path) and not os.path.exists(os.path.realpath(path)):
+                    continue  # a dangling link would make bwrap fail
+                argv += _ro_bind(path)
+    if passwd_fd is not None and etc_folder is None:
         argv += ["--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd"]
-    if group_fd is not None:
+    if group_fd is not None and etc_folder is None:
         argv += ["--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group"]
 
     argv += ["--dev", "/dev", "--proc", "/proc"]
@@ -220,3 +243,139 @@ def user_db_fds() -> tuple[int, int]:
         os.close(write_end)
         fds.append(read_end)
     return fds[0], fds[1]
+
+
+# --- /etc in one mount ---------------------------------------------------------------------------
+# bubblewrap spends about 0.1 ms on each read-only bind (it remounts every one and reads the
+# mount table each time): the ~37 entries of ETC_ALLOWED were half of a command's start. So a
+# copy of exactly those entries is made once (a top-level link is copied as what it points to,
+# as a bind of it shows; links inside folders stay links, as under a bind) and bound as /etc.
+# It is compared with the host's /etc at most every ETC_RECHECK_S seconds (names, sizes, times,
+# inodes of every file under the entries) and made again when anything differs. Copies live in
+# a folder of this user's own (0700), named by that fingerprint, shared by the workers of the
+# machine; one that cannot be made leaves the per-entry binds.
+
+
+class _EtcCopy:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: tuple[str, ...] = ()
+        self.folder: str | None = None
+        self.checked = 0.0
+        self.failed = 0.0
+
+
+_ETC = _EtcCopy()
+
+
+def _etc_base() -> Path:
+    root = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+    return Path(root, f"shiftlog-etc-{os.geteuid()}")
+
+
+def _own_private_dir(path: Path) -> bool:
+    """`path` is a real folder of this user's that no one else may write (made if missing)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = path.lstat()
+    return (
+        not path.is_symlink()
+        and path.is_dir()
+        and st.st_uid == os.geteuid()
+        and st.st_mode & 0o022 == 0
+    )
+
+
+def _etc_fingerprint(etc: Sequence[str]) -> str:
+    digest = hashlib.sha256(f"{PASSWD}\0{GROUP}\0".encode())
+    for name in etc:
+        path = os.path.join(_ETC_ROOT, name)
+        try:
+            st = os.stat(path)  # a top-level link is copied as what it points to
+        except OSError:
+            digest.update(f"{name}\0-\n".encode())
+            continue
+        digest.update(
+            f"{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode()
+        )
+        if not os.path.isdir(path):
+            continue
+        for folder, dirs, files in os.walk(path):
+            dirs.sort()
+            for entry in sorted(dirs + files):
+                full = os.path.join(folder, entry)
+                try:
+                    sub = os.lstat(full)
+                    link = os.readlink(full) if os.path.islink(full) else ""
+                except OSError:
+                    continue
+                digest.update(
+                    f"{full}\0{sub.st_mode}\0{sub.st_size}\0{sub.st_mtime_ns}\0{sub.st_ino}"
+                    f"\0{link}\n".encode()
+                )
+    return digest.hexdigest()[:32]
+
+
+def _make_etc_copy(etc: Sequence[str], base: Path, fingerprint: str) -> Path:
+    final = base / fingerprint
+    if final.is_dir():
+        return final
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
+    try:
+        for name in etc:
+            source = os.path.join(_ETC_ROOT, name)
+            if not os.path.exists(source):  # missing, or a dangling link: not shown
+                continue
+            target = work / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.isdir(source):
+                shutil.copytree(os.path.realpath(source), target, symlinks=True)
+            else:
+                shutil.copy2(source, target)
+        # The sandbox's own user database.
+        for name, text in (("passwd", PASSWD), ("group", GROUP)):
+            (work / name).write_text(text)
+            os.chmod(work / name, 0o644)
+        os.chmod(work, 0o755)
+        try:
+            os.rename(work, final)
+        except OSError:  # another worker made the same copy meanwhile
+            if not final.is_dir():
+                raise
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    # Copies of an /etc long gone (not this one, untouched for a day) are removed.
+    for old in base.iterdir():
+        with contextlib.suppress(OSError):
+            if old != final and time.time() - old.lstat().st_mtime > 86400:
+                shutil.rmtree(old)
+    return final
+
+
+def etc_copy(etc: Sequence[str] = ETC_ALLOWED) -> str | None:
+    """The folder to bind as /etc (see above), or None: bind the entries one by one."""
+    entries = tuple(etc)
+    now = time.monotonic()
+    with _ETC.lock:
+        fresh = (
+            _ETC.folder is not None
+            and _ETC.entries == entries
+            and now - _ETC.checked < ETC_RECHECK_S
+        )
+        if fresh and os.path.isdir(_ETC.folder):  # (a cleaner may have removed it)
+            return _ETC.folder
+        if now - _ETC.failed < ETC_RECHECK_S:
+            return None
+        try:
+            base = _etc_base()
+            if not _own_private_dir(base):
+                raise OSError(f"{base} is not a private folder of this user's")
+            folder = str(_make_etc_copy(entries, base, _etc_fingerprint(entries)))
+        except OSError as e:
+            log.warning("sandbox: no copy of /etc (%s); binding its entries one by one", e)
+            _ETC.folder, _ETC.failed = None, now
+            return None
+        _ETC.entries, _ETC.folder, _ETC.checked = entries, folder, now
+        return folder
