@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from agents import (
+    dbconn,
     done_conditions,
     eventlog,
     inputs,
@@ -61,14 +62,16 @@ def protected_originals() -> Iterator[tuple[int, str, str]]:
 
 def provider_meta(run: Run) -> dict[str, Any]:
     """The provider's place on the live branch (a scripted run's position in its script): the
-    latest model turn's, or where a rewind or fork put it."""
-    turn = (
-        Event.objects.on_live_branch(run.pk)
-        .filter(kind=EventKind.MODEL_TURN)
-        .order_by("-seq")
-        .values_list("payload", flat=True)
-        .first()
-    )
+    latest model turn's, or where a rewind or fork put it. `run` as read from the database."""
+    turn = None
+    if run.turns:  # every model.turn adds one (eventlog.COUNTERS): with none, none to read
+        turn = (
+            Event.objects.on_live_branch(run.pk, Event.objects.ranges_of(run))
+            .filter(kind=EventKind.MODEL_TURN)
+            .order_by("-seq")
+            .values_list("payload", flat=True)
+            .first()
+        )
     if turn is not None:
         return turn.get("meta", {})
     resume = run.resume
@@ -96,12 +99,19 @@ def create(
     session_id: int | None = None,
     actor: str = "harness",
     lease_owner: str | None = None,
+    run: Run | None = None,
 ) -> Checkpoint:
+    """`run`: the run as the worker holding its lease has it (its workspace is that worker's to
+    read, and `_record` reads the row again under its lock)."""
     held = lease_owner is not None or not workspaces.cached()
     for _ in range(10):
-        run = Run.objects.get(pk=run_id)
+        if run is None or lease_owner is None:
+            run = Run.objects.get(pk=run_id)
         described = None if held or not run.workspace_tree else run.workspace_tree
         if described is None:
+            # Reading and storing the files may wait on the disk: no database connection is
+            # held meanwhile (hundreds of runs ending together queued on the pool for it).
+            dbconn.release()
             result = workspaces.snapshot(run)
         else:  # a person's checkpoint, where the workspace is some worker's: its committed state
             result = workspaces.stored_state(described)
@@ -133,6 +143,9 @@ def _record(
         run = Run.objects.select_for_update().get(pk=run_id)
         if described is not None and run.workspace_tree != described:
             return None
+        # Each its own statement, after the lock: in one statement with the lock, PostgreSQL
+        # reads them as of before any wait for the lock, and a checkpoint committed meanwhile
+        # (a person's beside the worker's) gave two the same number (found by bench/chaos.py).
         sessions = Session.objects.filter(run=run).count()
         last = Checkpoint.objects.filter(run=run).aggregate(n=Max("number"))["n"] or 0
         checkpoint = Checkpoint.objects.create(
@@ -148,7 +161,10 @@ def _record(
             bytes_total=result.bytes_total,
             bytes_added=result.bytes_added,
             handoff=_latest_handoff(run),
-            state={"provider_meta": provider_meta(run), "checks": done_conditions.reading(run.pk)},
+            state={
+                "provider_meta": provider_meta(run),
+                "checks": done_conditions.reading(run.pk, run),
+            },
             usage={
                 "turns": run.turns,
                 "total_tokens": run.total_tokens,
@@ -157,7 +173,7 @@ def _record(
                 "cost_usd": str(run.cost_usd),
                 "sessions": sessions,
             },
-            parent=run.head_checkpoint,
+            parent_id=run.head_checkpoint_id,
         )
         event = eventlog.append(
             run_id,

@@ -34,6 +34,7 @@ from agents.snapshots import (
     SnapshotResult,
     Snapshots,
     feed,
+    journal,
 )
 from agents.snapshots.beneath import open_beneath
 
@@ -62,16 +63,25 @@ def unwatch(watching: ChangeFeed | None) -> None:
 
 def snapshot(run: Run) -> SnapshotResult:
     """Checkpoint the run's workspace: only what changed since the last checkpoint when this
-    process's change feed is trusted, else a scan of everything."""
+    process's change feed is trusted, or (the web, the CLI, another worker) when the worker
+    watching the workspace shares what its feed saw (snapshots/journal.py); else a scan of
+    everything."""
+    watching = feed.active(run.workspace_path)
     return store().snapshot(
-        run.workspace_path, cache_path=cache_path(run), feed=feed.active(run.workspace_path)
+        run.workspace_path, cache_path=cache_path(run), feed=watching, borrow=watching is None
     )
 
 
 def restore(run: Run, tree: str) -> RestoreResult:
-    """Make the run's workspace exactly `tree`, touching only the files that differ."""
+    """Make the run's workspace exactly `tree`, touching only the files that differ (looking
+    only at what changed, as `snapshot` does)."""
+    watching = feed.active(run.workspace_path)
     return store().restore(
-        tree, run.workspace_path, cache_path=cache_path(run), feed=feed.active(run.workspace_path)
+        tree,
+        run.workspace_path,
+        cache_path=cache_path(run),
+        feed=watching,
+        borrow=watching is None,
     )
 
 
@@ -204,11 +214,10 @@ def evict(*, keep: int | None = None) -> list[int]:
         if run_id == keep or run_id not in removable:
             continue
         shutil.rmtree(Path(settings.SHIFTLOG["WORKSPACE_ROOT"]) / f"run-{run_id}", True)
-        for path in (
-            _state_path(run_id),
-            Path(settings.DATA_DIR) / "statcache" / f"run-{run_id}.json",
-        ):
+        stat_cache = Path(settings.DATA_DIR) / "statcache" / f"run-{run_id}.json"
+        for path in (_state_path(run_id), stat_cache, journal.journal_path(stat_cache)):
             path.unlink(missing_ok=True)
+        shutil.rmtree(journal.flush_dir(stat_cache), True)
         total -= size
         removed.append(run_id)
     return removed

@@ -647,3 +647,36 @@ def test_a_requested_rewind_gives_up_with_a_reason_when_it_cannot_be_done(owner)
     assert "the run is cancelled" in run.events.filter(kind="error").last().payload["message"]
     with pytest.raises(checkpoints.CheckpointError, match="fork it from the checkpoint"):
         rewinds.request_rewind(run.pk, target.pk, actor="user:olivia")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_checkpoints_taken_at_once_each_get_their_own_number():
+    """Found by bench/chaos.py: with the session count and the last number read in the same
+    statement as the run's lock, PostgreSQL read them as of before the wait for the lock, and a
+    person's checkpoint beside the worker's got a number already taken (an IntegrityError)."""
+    import threading
+
+    from django.db import connection
+
+    run = make_run()
+    run.workspace_path.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+
+    def several() -> None:
+        try:
+            for _ in range(5):
+                try:
+                    checkpoints.create(run.pk, kind="manual", actor="user:eve")
+                except Exception as e:
+                    errors.append(repr(e))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=several) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    numbers = sorted(run.checkpoints.values_list("number", flat=True))
+    assert numbers == list(range(1, 21))

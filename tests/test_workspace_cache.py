@@ -21,6 +21,7 @@ from tests.helpers import (
     call,
     client_for,
     drive_until_idle,
+    drive_until_the_final_checkpoint_kills_it,
     finish_turn,
     make_run,
 )
@@ -307,3 +308,39 @@ def test_a_persons_checkpoint_never_sets_the_committed_workspace_back(cache, mon
     checkpoint = checkpoints.create(run.pk, kind="manual", actor="user:eve")
     assert checkpoint.tree == newer
     assert Run.objects.get(pk=run.pk).workspace_tree == newer
+
+
+def test_a_success_another_host_completes_checkpoints_the_committed_workspace(
+    cache, tmp_path, decider, monkeypatch
+):
+    """Found by bench/chaos.py: the checks passed and the worker died before the final
+    checkpoint; a worker on another host completed the success, but checkpointed its own stale
+    copy, so the run's last checkpoint lacked the last session's committed write."""
+    from agents.models import CheckpointKind
+    from agents.runtime.loop import drive
+
+    run = drive_until_idle(make_run(turns=writes_then_risky_step(), checks=[CHECK]))
+    approve_pending(run, decider)
+    # On host A: d.txt written, the checks pass, then it dies.
+    drive_until_the_final_checkpoint_kills_it(run.pk, monkeypatch)
+    run.refresh_from_db()
+    assert run.status == RunStatus.VERIFYING
+    committed = run.workspace_tree
+
+    # Host B holds an older copy of the run's workspace (from before host A's last session).
+    move_to_host(cache, tmp_path / "host-b", "host-b")
+    stale = run.workspace_path
+    stale.mkdir(parents=True)
+    (stale / "a.txt").write_text("A\n")
+    assert drive(run.pk).status == RunStatus.SUCCEEDED
+    final = run.checkpoints.get(kind=CheckpointKind.SESSION_END)
+    assert final.label == "end of session 1 (finished)"
+    assert final.tree == committed
+    assert sorted(p for p, e in workspaces.store().files(final.tree).items() if e.type == "f") == [
+        "a.txt",
+        "b.txt",
+        "d.txt",
+        "sub/c.txt",
+    ]
+    restored = Event.objects.filter(run=run, kind="workspace.restored").last().payload
+    assert restored["host"] == "host-b" and restored["tree"] == committed

@@ -17,6 +17,7 @@ How it works, one concern per module (each docstring states its invariants):
     trees.py        the tree format (bytes and digests existing stores rely on); TreeReader
     cache.py        the stat cache: per-folder records, an append-only log file, version 3
     feed.py         ChangeFeed: which folders changed since the last checkpoint (inotify)
+    journal.py      what a feed knows, shared with processes that keep none (web, CLI)
     scan.py         Scanner: snapshot; speed (stat cache, racy timestamps) and crash safety
     scan_state.py   what one scan passes between its phases
     walk.py         listing and stat-ing a workspace (the hot loop)
@@ -113,15 +114,20 @@ class Snapshots:
         cache_path: Path | None = None,
         cache: StatCache | None = None,
         feed: ChangeFeed | None = None,
+        borrow: bool = False,
     ) -> SnapshotResult:
         """Checkpoint `workspace`; returns once every blob of the checkpoint is durably stored.
 
         With `feed` (the workspace's ChangeFeed) it is the checkpoint of what changed since the
         last one: only the folders the feed reported are looked at when the feed is trusted
         (result.incremental), and one with nothing reported costs no system call on the
-        workspace; else it scans everything, as without a feed. Details: scan.Scanner.snapshot.
+        workspace; else it scans everything, as without a feed. With `borrow`, a process that
+        keeps no feed uses the journal of the process that does (journal.py), when there is a
+        trusted one. Details: scan.Scanner.snapshot.
         """
-        return self._scanner.snapshot(workspace, cache_path=cache_path, cache=cache, feed=feed)
+        return self._scanner.snapshot(
+            workspace, cache_path=cache_path, cache=cache, feed=feed, borrow=borrow
+        )
 
     def files(self, tree: str) -> dict[str, Entry]:
         """Every path in the checkpoint (folders included) -> its entry."""
@@ -140,13 +146,20 @@ class Snapshots:
         cache: StatCache | None = None,
         dry_run: bool = False,
         feed: ChangeFeed | None = None,
+        borrow: bool = False,
     ) -> RestoreResult:
         """Make `workspace` exactly checkpoint `tree` (creating it if needed).
 
         Details: restore.Restorer.restore.
         """
         return self._restorer.restore(
-            tree, workspace, cache_path=cache_path, cache=cache, dry_run=dry_run, feed=feed
+            tree,
+            workspace,
+            cache_path=cache_path,
+            cache=cache,
+            dry_run=dry_run,
+            feed=feed,
+            borrow=borrow,
         )
 
     def diff(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ from pathlib import Path
 from inotify_simple import INotify
 from inotify_simple import flags as F
 
+from agents.snapshots.journal import Publisher
 from agents.snapshots.names import encode_name
 
 MASK = int(
@@ -124,6 +126,13 @@ class ChangeFeed:
         self._baseline: tuple | None = None
         self.closed = False
         self.rebuilds = 0  # times the watches were set up again after a loss (for tests)
+        # Sharing what the feed knows with other processes (journal.py): the journal of the
+        # cache file last settled on, the watch on its flush folder, and lines not written yet.
+        self._publisher: Publisher | None = None
+        self._flush_wd: int | None = None
+        self._lines: list[list[str]] = []
+        self._published: set[tuple[str, str]] = set()
+        self._followed = False  # the process's follower reads our queue (_Follower)
         with self._lock:
             self._start()
         if self._lost is not None and not self._rel:
@@ -152,6 +161,7 @@ class ChangeFeed:
         with self._lock:
             if self._lost is None and not self.closed:
                 self._baseline = (cache, getattr(cache, "generation", None))
+                self._publish(cache)
 
     def pending(self) -> bool:
         """Whether a checkpoint now could find anything new since the last one settled here:
@@ -170,37 +180,117 @@ class ChangeFeed:
 
     def close(self) -> None:
         with self._lock:
+            if self._publisher is not None and not self.closed and os.getpid() == self.pid:
+                self._publisher.append([["closed"]])
             self.closed = True
             if self._inotify is not None and os.getpid() == self.pid:
+                if self._followed:
+                    FOLLOWER.forget(self._inotify.fileno())
                 self._inotify.close()
             self._inotify = None
+
+    # -- sharing with other processes (journal.py) ------------------------------------------
+
+    def _publish(self, cache: object) -> None:
+        """A baseline in the journal of the cache file `cache` was settled on (when it has one):
+        what happened since its scan began, then every change as the process's follower (_Follower)
+        reads it."""
+        disk = getattr(cache, "_disk", None)
+        if disk is None or os.getpid() != self.pid or self._inotify is None:
+            return
+        path, cache_id = disk
+        if self._publisher is None or self._publisher.cache_path != path:
+            self._publisher = Publisher(path)
+            self._flush_wd = None
+        publisher = self._publisher
+        keys = [["d", key_of(r)] for r in self._dirty] + [["D", key_of(r)] for r in self._deep]
+        self._write_lines()
+        if publisher.ino is not None and publisher.base == list(cache_id) and self._flush_wd:
+            # The same cache file: the lines since its baseline still hold; add what is new.
+            for kind, key in keys:
+                if (kind, key) not in self._published:
+                    self._published.add((kind, key))
+                    self._lines.append([kind, key])
+            self._write_lines()
+            return
+        self._published = {(k, v) for k, v in keys}
+        stale = [k for k, rec in cache.dirs.items() if rec.stale]
+        if not publisher.baseline(list(cache_id), stale, keys):
+            return
+        if self._flush_wd is None:
+            try:
+                self._flush_wd = self._inotify.add_watch(
+                    publisher.flush, int(F.CREATE | F.ONLYDIR | F.DONT_FOLLOW)
+                )
+            except OSError as e:
+                publisher.append([["lost", f"cannot watch the flush folder: {e.strerror}"]])
+                return
+        if not self._followed:
+            self._followed = True
+            FOLLOWER.follow(self._inotify.fileno(), self)
+
+    def _note(self, kind: str, rel: bytes) -> None:
+        if self._publisher is None:
+            return
+        key = key_of(rel)
+        if (kind, key) not in self._published:
+            self._published.add((kind, key))
+            self._lines.append([kind, key])
+
+    def _write_lines(self) -> None:
+        if self._publisher is not None and self._lines:
+            self._publisher.append(self._lines)
+        self._lines = []
+
+    def _follow(self, fd: int) -> None:
+        """The follower saw our queue readable: read it, so the journal follows."""
+        with self._lock:
+            if not self.closed and self._inotify is not None and self._inotify.fileno() == fd:
+                self._drain()
 
     # -- events ----------------------------------------------------------------------------
 
     def _start(self) -> None:
-        self._inotify = INotify(nonblocking=True)
+        try:
+            self._inotify = INotify(nonblocking=True)
+        except OSError as e:  # no instance left (fs.inotify.max_user_instances)
+            self._inotify = None
+            self._lost = f"no inotify instance could be had: {e.strerror}"
+            return
         self._lost = None
         self._watch_tree(b"")
 
     def _restart(self) -> None:
         """After a loss: set every watch up again on a new inotify instance."""
         if self._inotify is not None:
+            if self._followed:
+                FOLLOWER.forget(self._inotify.fileno())
             self._inotify.close()
+            self._inotify = None
         self._wd, self._rel, self._kids = {}, {}, {}
+        self._flush_wd = None  # watched again at the next settle
         self.rebuilds += 1
         self._start()
+        if self._followed and self._inotify is not None:
+            FOLLOWER.follow(self._inotify.fileno(), self)
 
     def _drain(self) -> None:
         while self._inotify is not None:
             events = self._inotify.read(timeout=0)
             if not events:
-                return
+                break
             for event in events:
                 self._handle(event.wd, event.mask, event.name)
+        self._write_lines()
 
     def _handle(self, wd: int, mask: int, name: str) -> None:
         if mask & _OVERFLOW:
             self._lose("the inotify event queue overflowed")
+            return
+        if wd == self._flush_wd and wd is not None:
+            # A reader asks for the journal up to now: every earlier event is handled above.
+            if mask & _CAME and name:
+                self._lines.append(["ack", name])
             return
         rel = self._wd.get(wd)
         if rel is None:  # a watch already removed
@@ -220,19 +310,23 @@ class ChangeFeed:
                     self._lose("the workspace folder was moved or removed")
             else:
                 self._dirty.add(_parent(rel))
+                self._note("d", _parent(rel))
             return
         self._dirty.add(rel)
+        self._note("d", rel)
         if mask & _ISDIR:
             child = _join(rel, os.fsencode(name))
             if mask & _GONE:
                 self._unwatch(child)
             if mask & _CAME:
                 self._deep.add(child)
+                self._note("D", child)
                 self._watch_tree(child)
 
     def _lose(self, reason: str) -> None:
         if self._lost is None:
             self._lost = reason
+            self._lines.append(["lost", reason])
 
     def _watch_tree(self, rel: bytes) -> None:
         """Watch folder `rel` and every folder below it (never through a link)."""
@@ -363,8 +457,59 @@ def _expire() -> None:
 
 def _after_fork() -> None:
     # The child shares the parent's inotify descriptors: reading them would steal the parent's
-    # events. Forget them without closing (each feed also checks its pid).
+    # events. Forget them without closing (each feed also checks its pid). A feed's thread does
+    # not exist in the child, and may have held the feed's lock at the fork: give each a new one,
+    # so a stray call in the child finds the feed closed to it instead of waiting forever.
+    for held in _FEEDS.values():
+        held.feed._lock = threading.Lock()
     _FEEDS.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+class _Follower:
+    """One thread per process reads every published feed's inotify queue as events come (an
+    epoll over their descriptors), so each feed's journal follows its workspace: a thread per
+    feed cost a worker of 300 runs 300 threads, and select() cannot take a descriptor past
+    1,024, which a busy worker's are."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._feeds: dict[int, ChangeFeed] = {}
+        self._epoll: select.epoll | None = None
+        self._pid: int | None = None
+
+    def follow(self, fd: int, feed: ChangeFeed) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # new here, or a forked child: its own thread
+                self._feeds, self._pid = {}, os.getpid()
+                self._epoll = select.epoll()
+                threading.Thread(
+                    target=self._run, args=(self._epoll,), name="change-feeds", daemon=True
+                ).start()
+            assert self._epoll is not None
+            self._feeds[fd] = feed
+            self._epoll.register(fd, select.EPOLLIN)
+
+    def forget(self, fd: int) -> None:
+        """Before the feed closes `fd` (a number the kernel may give out again at once)."""
+        with self._lock:
+            if self._pid == os.getpid() and self._feeds.pop(fd, None) is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._epoll.unregister(fd)
+
+    def _run(self, epoll: select.epoll) -> None:
+        while True:
+            try:
+                ready = epoll.poll(5.0)
+            except InterruptedError:
+                continue
+            for fd, _ in ready:
+                with self._lock:
+                    feed = self._feeds.get(fd)
+                if feed is not None:
+                    feed._follow(fd)
+
+
+FOLLOWER = _Follower()

@@ -46,6 +46,7 @@ class Restorer:
         cache: StatCache | None = None,
         dry_run: bool = False,
         feed: ChangeFeed | None = None,
+        borrow: bool = False,
     ) -> RestoreResult:
         """Make `workspace` exactly checkpoint `tree` (creating it if needed).
 
@@ -55,14 +56,22 @@ class Restorer:
         checked to exist before the first change, so a store missing one fails before touching
         anything (a blob whose content is damaged is caught while it is copied). `feed`: the
         workspace's ChangeFeed, if this process keeps one (the scan of what is there is then
-        incremental when the feed is trusted).
+        incremental when the feed is trusted). `borrow` (without a feed): use the journal of
+        another process's feed (journal.py) when there is a trusted one; the cache file is then
+        left as it is (that feed sees what the restore writes).
         """
         started = time.perf_counter()
         workspace = Path(workspace)
         self.scanner.check_outside(workspace, cache_path)
-        if cache is None:
-            cache = load_cache(cache_path)
-        scan_plan = self.scanner.plan(workspace, feed, cache) if feed is not None else None
+        lent = None
+        if borrow and feed is None and cache is None and cache_path is not None:
+            lent = self.scanner.borrowed(cache_path)
+        if lent is not None:
+            cache, scan_plan = lent
+        else:
+            if cache is None:
+                cache = load_cache(cache_path)
+            scan_plan = self.scanner.plan(workspace, feed, cache) if feed is not None else None
         with self.blobs.lock():
             current = None
             if os.path.isdir(workspace):
@@ -86,7 +95,7 @@ class Restorer:
                 if not dry_run:
                     workspace.mkdir(parents=True, exist_ok=True)
                     self._apply(os.fsencode(workspace), plan.ops)
-        if current is not None:
+        if current is not None and lent is None:
             new = current.new
             if not dry_run:
                 # What was written is new (new inodes, fresh timestamps) and would not match its

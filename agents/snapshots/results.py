@@ -23,6 +23,8 @@ class SnapshotResult:
     # many folders it listed.
     incremental: bool = False
     listed_dirs: int = 0
+    # Whether it used another process's feed (journal.py) rather than one of this process.
+    borrowed: bool = False
 
 
 @dataclass

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 from agents.blobstore import BlobStoreBackend
+from agents.snapshots import journal
 from agents.snapshots.beneath import open_beneath
 from agents.snapshots.build import build
 from agents.snapshots.cache import FolderRecord, StatCache, join_key, keep_cache, load_cache
@@ -84,24 +85,34 @@ class Scanner:
         cache_path: Path | None = None,
         cache: StatCache | None = None,
         feed: ChangeFeed | None = None,
+        borrow: bool = False,
     ) -> SnapshotResult:
         """Checkpoint `workspace`; returns once every blob of the checkpoint is durably stored.
 
         `cache_path` is a file (outside the workspace) where the stat cache is kept between
         calls; or pass a StatCache object to keep it in memory (it is updated in place).
         `feed`: the workspace's ChangeFeed, if this process keeps one (see the module docstring).
+        `borrow` (without a feed): use the journal of another process's feed of the workspace
+        (journal.py) when there is a trusted one; the cache file is then left as it is.
         """
         started = time.perf_counter()
         workspace = Path(workspace)
         self.check_outside(workspace, cache_path)
-        if cache is None:
-            cache = load_cache(cache_path)
-        plan = self.plan(workspace, feed, cache)
+        lent = None
+        if borrow and feed is None and cache is None and cache_path is not None:
+            lent = self.borrowed(cache_path)
+        if lent is not None:
+            cache, plan = lent
+        else:
+            if cache is None:
+                cache = load_cache(cache_path)
+            plan = self.plan(workspace, feed, cache)
         with self.blobs.lock():
             scan = self.scan(workspace, cache, cache_path, store=True, plan=plan)
-        keep_cache(cache, scan.new, cache_path)
-        if feed is not None:
-            feed.settle(cache)
+        if lent is None:
+            keep_cache(cache, scan.new, cache_path)
+            if feed is not None:
+                feed.settle(cache)
         return SnapshotResult(
             tree=scan.root,
             files=scan.files,
@@ -115,6 +126,7 @@ class Scanner:
             skipped=scan.skipped,
             incremental=scan.incremental,
             listed_dirs=scan.listed,
+            borrowed=lent is not None,
         )
 
     @staticmethod
@@ -131,6 +143,20 @@ class Scanner:
             return None
         listed, deep = changes.keys()
         return ScanPlan(listed, deep, cache.dirs)
+
+    @staticmethod
+    def borrowed(cache_path: Path) -> tuple[StatCache, ScanPlan] | None:
+        """The cache file's records (parsed on demand) and what changed since, from the journal
+        of the feed another process keeps of the workspace; None when there is no trusted one."""
+        for _ in range(3):
+            lent = journal.borrow(Path(cache_path))
+            if lent is None:
+                return None
+            cache = journal.load_lazy(Path(cache_path), lent.cache_id, lent.listed)
+            if cache is not None:
+                return cache, ScanPlan(lent.listed, lent.deep, cache.dirs)
+            # The worker rewrote the cache file meanwhile (its own checkpoint): ask again.
+        return None
 
     def check_outside(self, workspace: Path, cache_path: Path | None) -> None:
         # Either inside the workspace would change with every checkpoint (and be checkpointed).
@@ -180,7 +206,7 @@ class Scanner:
         if quiet:
             # Nothing reported and nothing to check again: the cached top record is the tree.
             scan = ScanState(old, 0, live_paths, len(root) + 1, keep_trees)
-            scan.new = dict(old)
+            scan.new = old.copy()
             top = pinned(root, "", old[""])
         else:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -194,7 +220,7 @@ class Scanner:
                 if plan is None:
                     top = walk(fd, root, "", scan)
                 else:
-                    scan.new = dict(old)
+                    scan.new = old.copy()
                     top = walk_changed(fd, root, "", scan, plan)
             finally:
                 os.close(fd)
@@ -209,9 +235,14 @@ class Scanner:
             scan.root = top.rec.tree
             scan.files, scan.bytes_total, scan.dirs, scan.links = top.rec.totals
             if plan is not None and scan.keep_trees:
-                for rec in scan.new.values():
-                    scan.trees.setdefault(rec.tree, rec)
-                    scan.counts.setdefault(rec.tree, rec.totals[0])
+                if isinstance(scan.new, journal.LazyDirs):
+                    # A borrowed cache: look records up by digest only when asked.
+                    scan.trees = journal.TreesOf(scan.new, scan.trees)
+                    scan.counts = journal.CountsOf(scan.trees)
+                else:
+                    for rec in scan.new.values():
+                        scan.trees.setdefault(rec.tree, rec)
+                        scan.counts.setdefault(rec.tree, rec.totals[0])
             if store:
                 self._store(top, scan)
         except BaseException:

@@ -75,7 +75,9 @@ class ScanPlan:
     __slots__ = ("deep", "listed", "visit")
 
     def __init__(self, listed: set[str], deep: set[str], old: dict[str, FolderRecord]):
-        self.listed = listed | {k for k, rec in old.items() if rec.stale}
+        stale_keys = getattr(old, "stale_keys", None)  # journal.LazyDirs: without parsing all
+        stale = stale_keys() if stale_keys else {k for k, rec in old.items() if rec.stale}
+        self.listed = listed | stale
         self.deep = deep
         visit: set[str] = set()
         for key in self.listed | deep:

@@ -70,7 +70,8 @@ def pinned(path: bytes, key: str, rec: FolderRecord) -> ScannedFolder:
     """A folder taken as its cached record says, subtree and all (build.py leaves it alone)."""
     d = ScannedFolder(path, key, rec)
     d.fast = d.pinned = True
-    d.names, d.keys, d.sig, d.vals = rec.names, rec.keys, rec.sig, rec.vals
+    # Its entries stay in `rec` (nothing reads a pinned folder's own lists): a record read
+    # lazily (journal.py) is then never parsed for a folder the scan only passes by.
     d.rec = rec
     return d
 

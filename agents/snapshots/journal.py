@@ -1,0 +1,474 @@
+"""What a change feed knows, shared with every process: a checkpoint or rewind started by a process
+that does not watch the workspace (the web's "Checkpoint now", `manage.py checkpoint_run`, a
+rewind carried out by another worker) looks only at the folders the watching worker saw change,
+as the worker itself would.
+
+The journal. A feed that settles on a stat cache kept in a file (`<cache>`, see cache.py)
+publishes beside it `<cache>.feed`: a header line naming the publisher (a random token, its pid),
+then for each of the worker's checkpoints a baseline line, ["base", [inode, size, mtime_ns] of the
+cache file as that checkpoint left it, [folders whose records hold entries not to be trusted as
+they are]], followed by one line per folder changed since (["d", key]: list it again; ["D", key]:
+walk it whole), in the order the feed saw them; ["lost", why] when the feed lost events,
+["closed"] when it stopped watching. Everything is appended (a checkpoint adds a baseline line,
+no file is made); the file is rewritten (temp file + rename) only when it has grown past
+MAX_BYTES. The feed keeps a thread reading its inotify queue, so the journal follows the
+workspace.
+
+Invariant: every change to the workspace since the scan that wrote a baseline's cache file started
+is in the lines after that baseline, or will be once the publisher has read its queue up to now.
+
+"Up to now" is a handshake. A reader creates a file in `<cache>.flush/`, a folder the feed
+watches through the same inotify instance as the workspace; one instance's events are queued in
+the order they happened, so by the time the publisher reads that creation it has read every
+change made before it, and it appends ["ack", name] after them. A reader that sees its ack, a
+header that is still the publisher's, no "lost" or "closed", and the cache file still exactly as
+the header names it, may take the cache's records for every folder not listed. Anything else
+(no journal, no ack within ACK_TIMEOUT, a cache rewritten since) means a full scan, as before.
+
+A reader never writes the cache file or the journal: what it finds is listed again next time
+(cheap), and the worker's own feed stays trusted. It parses only the cache records it needs
+(`LazyDirs`): the folders listed and their neighbours, not the whole file.
+
+Known limits are the feed's (feed.py): writes through a shared mapping show at close, a change
+through a hard link from outside the workspace is not seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+
+from agents.snapshots.cache import FolderRecord, StatCache
+
+ACK_TIMEOUT = 0.5  # seconds a reader waits for the publisher before scanning everything
+_POLL = 0.0002
+MAX_BYTES = 256 * 1024  # a journal is rewritten at a baseline once it is this long
+# A stat cache line's key (JSON-escaped); then, for a record (not a folder gone), its tree.
+_LINE = re.compile(rb'\["((?:[^"\\]|\\.)*)",(?:"([0-9a-f]{64})",\[(\d+),(\d+),(\d+),(\d+)\])?')
+
+
+def journal_path(cache_path: str | os.PathLike) -> Path:
+    return Path(os.fspath(cache_path) + ".feed")
+
+
+def flush_dir(cache_path: str | os.PathLike) -> Path:
+    return Path(os.fspath(cache_path) + ".flush")
+
+
+def identity(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+# -- the publisher's side (called by feed.ChangeFeed under its lock) ---------------------------
+
+
+class Publisher:
+    """Writes one feed's journal for one cache file. Only the journal file it created itself
+    (same inode) is appended to: another process's feed that took the journal over since
+    (a lingering feed in a second worker) stops this one publishing until its next baseline."""
+
+    def __init__(self, cache_path: Path):
+        self.cache_path = Path(cache_path)
+        self.path = journal_path(cache_path)
+        self.flush = flush_dir(cache_path)
+        self.token = secrets.token_hex(8)
+        self.ino: int | None = None  # the journal file this publisher wrote
+        self.size = 0
+        self.base: list[int] | None = None
+
+    def baseline(self, cache_id: list[int], stale: list[str], keys: list[list[str]]) -> bool:
+        """A checkpoint left the cache file as `cache_id`: a new baseline, then `keys` (what
+        changed since that checkpoint's scan began)."""
+        lines = [["base", cache_id, stale], *keys]
+        if self.ino is not None and self.size < MAX_BYTES:
+            if not self.append(lines):
+                return False
+            self.base = cache_id
+            return True
+        header = {"shiftlog-feed": 2, "token": self.token, "pid": os.getpid()}
+        data = "\n".join([json.dumps(header)] + [json.dumps(x) for x in lines]) + "\n"
+        try:
+            self.flush.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{self.token}.tmp")
+            with open(tmp, "w") as f:
+                f.write(data)
+                st = os.fstat(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            self.ino = None
+            return False
+        self.ino, self.size, self.base = st.st_ino, st.st_size, cache_id
+        return True
+
+    def append(self, lines: list[list]) -> bool:
+        """Append `lines`; False (and stop) when the journal is no longer this publisher's."""
+        if self.ino is None or not lines:
+            return self.ino is not None
+        data = ("\n".join(json.dumps(x) for x in lines) + "\n").encode("utf-8")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except OSError:
+            self.ino = None
+            return False
+        try:
+            if os.fstat(fd).st_ino != self.ino:
+                self.ino = None
+                return False
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            self.ino = None
+            return False
+        finally:
+            os.close(fd)
+        self.size += len(data)
+        return True
+
+
+# -- the reader's side ---------------------------------------------------------------------
+
+
+class Borrowed:
+    """What a reader learnt: the cache file's identity, the folders changed since (and those
+    with entries not to be trusted), and the folders new since."""
+
+    __slots__ = ("cache_id", "deep", "listed")
+
+    def __init__(self, cache_id: tuple[int, int, int], listed: set[str], deep: set[str]):
+        self.cache_id = cache_id
+        self.listed = listed
+        self.deep = deep
+
+
+def _read(path: Path) -> bytes | None:
+    """The journal's complete lines, when its header is one this code reads."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    end = data.rfind(b"\n")
+    if end < 0:
+        return None
+    data = data[: end + 1]  # what follows the last newline is a line still being written
+    try:
+        header = json.loads(data[: data.index(b"\n")])
+    except ValueError:
+        return None
+    if not isinstance(header, dict) or header.get("shiftlog-feed") != 2:
+        return None
+    return data
+
+
+def _pid(data: bytes) -> object:
+    return json.loads(data[: data.index(b"\n")]).get("pid")
+
+
+def borrow(cache_path: Path, *, timeout: float = ACK_TIMEOUT) -> Borrowed | None:
+    """The folders changed since the cache file at `cache_path` was written, from the journal of
+    the feed that watches its workspace, flushed up to now; None when there is no trusted one."""
+    path = journal_path(cache_path)
+    data = _read(path)
+    if data is None or not _alive(_pid(data)):
+        return None
+    name = f"{os.getpid()}-{secrets.token_hex(6)}"
+    ack = json.dumps(["ack", name]).encode()
+    request = flush_dir(cache_path) / name
+    try:
+        fd = os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+    except OSError:
+        return None
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            data = _read(path)
+            if data is not None and ack in data:
+                break
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(_POLL)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(request)
+    at = data.rfind(b'\n["base", ')
+    if at < 0:
+        return None
+    try:
+        lines = [json.loads(line) for line in data[at + 1 :].splitlines()]
+    except ValueError:
+        return None
+    _, cache_id, stale = lines[0]
+    listed: set[str] = set(stale)
+    deep: set[str] = set()
+    for line in lines[1:]:
+        kind = line[0]
+        if kind == "d":
+            listed.add(line[1])
+        elif kind == "D":
+            deep.add(line[1])
+        elif kind != "ack":
+            return None  # lost or closed
+    if not (isinstance(cache_id, list) and len(cache_id) == 3):
+        return None
+    return Borrowed(tuple(cache_id), listed, deep)
+
+
+def _alive(pid: object) -> bool:
+    """Whether the publisher's process may still be there (a dead one never answers: no need to
+    wait for it). A process of another host or container counts as alive: the wait decides."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+class LazyDirs(MutableMapping):
+    """A stat cache's records by folder key, each parsed from its line only when asked for.
+    `stale` is the set of folders whose records hold entries not to be trusted (the journal's
+    baseline says which)."""
+
+    def __init__(self, raw: dict[str, bytes], keys: set[str] | None = None):
+        self._raw = raw  # key -> its latest line (shared by copies, never changed)
+        self._keys = set(raw) if keys is None else keys
+        self._recs: dict[str, FolderRecord] = {}
+        self.stale: set[str] = set()
+        self.by_tree: dict[str, set[str]] = {}  # tree digest -> keys of lines naming it
+        self._set: set[str] = set()  # keys given a new record (not their line's)
+
+    def __getitem__(self, key: str) -> FolderRecord:
+        rec = self._recs.get(key)
+        if rec is not None:
+            return rec
+        if key not in self._keys:
+            raise KeyError(key)
+        line = self._raw[key]
+        m = _LINE.match(line)
+        if m is None or m.group(2) is None:
+            raise KeyError(key)  # a damaged line: the folder is looked at for real
+        rec = _LineRecord(line, m.group(2).decode(), tuple(map(int, m.group(3, 4, 5, 6))))
+        self._recs[key] = rec
+        return rec
+
+    def __setitem__(self, key: str, rec: FolderRecord) -> None:
+        self._recs[key] = rec
+        self._keys.add(key)
+        self._set.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        self._keys.remove(key)
+        self._recs.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._keys))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def copy(self) -> LazyDirs:
+        new = LazyDirs(self._raw, set(self._keys))
+        new._recs = dict(self._recs)
+        new.stale = self.stale
+        new.by_tree = self.by_tree
+        new._set = set(self._set)
+        return new
+
+    def stale_keys(self) -> set[str]:
+        return set(self.stale)
+
+
+class _LineRecord(FolderRecord):
+    """A folder's record as its cache line gives it: its tree digest and totals read at once,
+    the rest parsed when first asked for (a folder a scan only passes by never is)."""
+
+    __slots__ = ("_full", "_line")
+
+    def __init__(self, line: bytes, tree: str, totals: tuple[int, int, int, int]):
+        self._line = line
+        self._full: FolderRecord | None = None
+        self.tree = tree
+        self.totals = totals
+
+    def _parsed(self) -> FolderRecord:
+        if self._full is None:
+            self._full = FolderRecord.from_json(json.loads(self._line))
+        return self._full
+
+    names = property(lambda self: self._parsed().names)
+    keys = property(lambda self: self._parsed().keys)
+    sig = property(lambda self: self._parsed().sig)
+    vals = property(lambda self: self._parsed().vals)
+    stale = property(lambda self: self._parsed().stale)
+    subdirs = property(lambda self: self._parsed().subdirs)
+    _entries = property(lambda self: self._parsed()._entries)
+    entries = property(lambda self: self._parsed().entries)
+
+
+class TreesOf:
+    """Folder records by tree digest (what restore and diff look live trees up by) over LazyDirs,
+    parsing a record only when its digest is asked for; `known` holds those a scan rebuilt."""
+
+    def __init__(self, dirs: LazyDirs, known: dict[str, FolderRecord]):
+        self.dirs = dirs
+        self.known = known
+
+    def get(self, digest: str, default: FolderRecord | None = None) -> FolderRecord | None:
+        rec = self.known.get(digest)
+        if rec is not None:
+            return rec
+        dirs = self.dirs
+        for key in dirs.by_tree.get(digest, ()):
+            if key in dirs._set:
+                continue  # replaced by the scan: in `known` if it still has that digest
+            try:
+                rec = dirs[key]
+            except KeyError:
+                continue
+            if rec.tree == digest:
+                return rec
+        return default
+
+    def __getitem__(self, digest: str) -> FolderRecord:
+        rec = self.get(digest)
+        if rec is None:
+            raise KeyError(digest)
+        return rec
+
+    def __contains__(self, digest: object) -> bool:
+        return isinstance(digest, str) and self.get(digest) is not None
+
+
+class CountsOf:
+    """Files under each tree digest, for TreesOf."""
+
+    def __init__(self, trees: TreesOf):
+        self.trees = trees
+
+    def get(self, digest: str, default: int = 0) -> int:
+        rec = self.trees.get(digest)
+        return rec.totals[0] if rec is not None else default
+
+
+class _Index:
+    """A stat cache file as indexed by this process: per folder key its latest line, and the
+    keys by tree digest. Kept per file while its inode stays the same: the cache is a log that
+    grows by appends (cache.StatCache.sync_to), so the next read indexes only the new lines."""
+
+    __slots__ = ("by_tree", "ino", "raw", "size", "tree_of")
+
+    def __init__(self, ino: int):
+        self.ino = ino
+        self.size = 0
+        self.raw: dict[str, bytes] = {}
+        self.tree_of: dict[str, str] = {}
+        self.by_tree: dict[str, set[str]] = {}
+
+    def copy(self) -> _Index:
+        new = _Index(self.ino)
+        new.size = self.size
+        new.raw = dict(self.raw)
+        new.tree_of = dict(self.tree_of)
+        new.by_tree = {d: set(keys) for d, keys in self.by_tree.items()}
+        return new
+
+    def add(self, lines: list[bytes]) -> bool:
+        """Index `lines` (complete, in file order); False when one cannot be read so."""
+        raw, tree_of, by_tree = self.raw, self.tree_of, self.by_tree
+        for line in lines:
+            m = _LINE.match(line)
+            if m is None:
+                return False
+            key = m.group(1)
+            try:
+                text = json.loads(b'"' + key + b'"') if b"\\" in key else key.decode()
+            except ValueError:
+                return False
+            old = tree_of.pop(text, None)
+            if old is not None:
+                by_tree[old].discard(text)
+            if m.group(2) is None:
+                if len(line) != m.end() or not line.endswith(b"null]"):
+                    return False
+                raw.pop(text, None)
+                continue
+            raw[text] = line
+            digest = m.group(2).decode()
+            tree_of[text] = digest
+            by_tree.setdefault(digest, set()).add(text)
+        return True
+
+
+_INDEXES: dict[Path, _Index] = {}
+_INDEXES_MAX = 16
+
+
+def _indexed(path: Path, f, st: os.stat_result) -> _Index | None:
+    """The index of the open cache file `f` (stat `st`), from this process's last one when the
+    file has only grown since."""
+    known = _INDEXES.get(path)
+    header = StatCache.HEADER.encode() + b"\n"
+    if known is not None and known.ino == st.st_ino and 0 < known.size <= st.st_size:
+        f.seek(known.size - 1)
+        tail = f.read()
+        if len(tail) != st.st_size - known.size + 1 or not tail.startswith(b"\n"):
+            return None
+        index = known.copy()
+        tail = tail[1:]
+    else:
+        tail = f.read()
+        if len(tail) != st.st_size or not tail.startswith(header):
+            return None
+        index = _Index(st.st_ino)
+        tail = tail[len(header) :]
+    if tail and not tail.endswith(b"\n"):
+        return None
+    lines = tail.split(b"\n")
+    lines.pop()
+    if not index.add(lines):
+        return None
+    index.size = st.st_size
+    _INDEXES.pop(path, None)
+    _INDEXES[path] = index
+    while len(_INDEXES) > _INDEXES_MAX:
+        _INDEXES.pop(next(iter(_INDEXES)))
+    return index
+
+
+def load_lazy(
+    cache_path: Path, cache_id: tuple[int, int, int], stale: set[str] = frozenset()
+) -> StatCache | None:
+    """The cache file at `cache_path` as a StatCache whose records are parsed on demand, if it is
+    still exactly `cache_id`; else None. Never used to write the file."""
+    cache_path = Path(cache_path)
+    try:
+        with open(cache_path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if tuple(identity(st)) != tuple(cache_id):
+                return None
+            index = _indexed(cache_path, f, st)
+    except OSError:
+        return None
+    if index is None or "" not in index.raw:
+        _INDEXES.pop(cache_path, None)
+        return None
+    dirs = LazyDirs(index.raw)
+    dirs.stale = set(stale)
+    dirs.by_tree = index.by_tree
+    cache = StatCache()
+    cache.dirs = dirs  # type: ignore[assignment]
+    return cache

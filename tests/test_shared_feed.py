@@ -1,0 +1,375 @@
+"""A checkpoint from a process that keeps no change feed (the web's "Checkpoint now", the CLI,
+another worker) uses the journal the watching worker's feed publishes (agents/snapshots/
+journal.py): it looks only at the folders that changed, and its tree is a full scan's, in every
+case; whenever the journal cannot be trusted it scans everything, as before.
+
+Plain pytest on real folders and real inotify; the "other process" is a real one where it matters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.blobstore import BlobStore
+from agents.snapshots import ChangeFeed, Snapshots, journal
+from tests.test_snapshots import describe, settle, write
+
+REPO = Path(__file__).resolve().parent.parent
+
+OTHER = """
+import json, sys
+from pathlib import Path
+from agents.blobstore import BlobStore
+from agents.snapshots import Snapshots
+ws, store, cache = map(Path, sys.argv[1:4])
+s = Snapshots(BlobStore(store))
+for line in sys.stdin:
+    if line.strip() == "restore":
+        r = s.restore(sys.stdin.readline().strip(), ws, cache_path=cache, borrow=True)
+        print(json.dumps({"borrowed": r.incremental}), flush=True)
+        continue
+    r = s.snapshot(ws, cache_path=cache, borrow=True)
+    print(json.dumps({"tree": r.tree, "borrowed": r.borrowed, "listed": r.listed_dirs,
+                      "hashed": r.hashed_files}), flush=True)
+"""
+
+
+class Worker:
+    """A workspace, a store, the stat cache file and the feed of the worker that drives it."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.ws = tmp / "ws"
+        self.ws.mkdir()
+        self.store = tmp / "store"
+        self.snaps = Snapshots(BlobStore(self.store))
+        self.cache = tmp / "meta" / "cache.json"
+        self.feed = ChangeFeed(self.ws)
+
+    def checkpoint(self):
+        return self.snaps.snapshot(self.ws, cache_path=self.cache, feed=self.feed)
+
+    def borrowed(self):
+        """A checkpoint as a process without a feed takes it (here: another Snapshots object,
+        no feed; the handshake goes through the files either way)."""
+        other = Snapshots(BlobStore(self.store))
+        result = other.snapshot(self.ws, cache_path=self.cache, borrow=True)
+        assert result.tree == Snapshots(BlobStore(self.tmp / "scratch")).snapshot(self.ws).tree
+        return result
+
+
+@pytest.fixture
+def worker(tmp_path: Path):
+    w = Worker(tmp_path)
+    write(w.ws, "src/app.py", "print('hi')\n")
+    write(w.ws, "src/lib/util.py", "x = 1\n")
+    write(w.ws, "docs/readme.md", "# readme\n")
+    settle()
+    assert not w.checkpoint().incremental  # the feed's baseline
+    yield w
+    w.feed.close()
+
+
+def test_a_change_is_caught_from_a_process_without_a_feed(worker: Worker) -> None:
+    write(worker.ws, "src/lib/util.py", "x = 2\n")
+    r = worker.borrowed()
+    assert r.borrowed and r.incremental
+    assert r.hashed_files == 1 and r.listed_dirs == 1
+    # The cache file is left as it was: the worker's own feed is still trusted.
+    mine = worker.checkpoint()
+    assert mine.incremental and mine.tree == r.tree
+    # Nothing changed since: the reader lists nothing.
+    again = worker.borrowed()
+    assert again.borrowed and again.listed_dirs == 0 and again.tree == r.tree
+
+
+def test_same_size_and_same_mtime_is_caught(worker: Worker) -> None:
+    """The racy case: new content of the same size, its mtime set back to the old one."""
+    path = worker.ws / "src" / "app.py"
+    before = os.stat(path)
+    path.write_text("print('ho')\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size
+    r = worker.borrowed()
+    assert r.borrowed and r.hashed_files == 1
+    # And without any journal (no worker watches): the full scan catches it too (ctime).
+    worker.feed.close()
+    path.write_text("print('hu')\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    full = worker.borrowed()
+    assert not full.borrowed and full.tree != r.tree
+
+
+def test_deletes_new_nested_folders_links_and_modes(worker: Worker) -> None:
+    os.unlink(worker.ws / "docs" / "readme.md")
+    write(worker.ws, "new/deep/er/file.txt", "made after the checkpoint\n")
+    os.symlink("../src/app.py", worker.ws / "docs" / "link")
+    os.chmod(worker.ws / "src" / "app.py", 0o755)
+    r = worker.borrowed()
+    assert r.borrowed and r.incremental
+    snaps = worker.snaps
+    files = snaps.files(r.tree)
+    assert "docs/readme.md" not in files
+    assert files["new/deep/er/file.txt"].type == "f"
+    assert files["docs/link"].target == "../src/app.py"
+    assert files["src/app.py"].mode == 0o755
+    # A folder removed whole, and one replaced by a link.
+    shutil.rmtree(worker.ws / "new")
+    shutil.rmtree(worker.ws / "src" / "lib")
+    os.symlink("/etc", worker.ws / "src" / "lib")
+    r2 = worker.borrowed()
+    assert r2.borrowed
+    assert snaps.files(r2.tree)["src/lib"].type == "l"
+    assert not any(p.startswith("new") for p in snaps.files(r2.tree))
+
+
+def test_a_real_other_process(worker: Worker) -> None:
+    """The web or the CLI: another process, several checkpoints and a rewind, each exact."""
+    other = subprocess.Popen(
+        [sys.executable, "-c", OTHER, str(worker.ws), str(worker.store), str(worker.cache)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def ask(*lines: str) -> dict:
+            other.stdin.write("".join(line + "\n" for line in lines))
+            other.stdin.flush()
+            return json.loads(other.stdout.readline())
+
+        first = worker.checkpoint().tree
+        before = describe(worker.ws)
+        for n in range(3):
+            write(worker.ws, f"src/lib/gen{n}.py", f"n = {n}\n")
+            got = ask("checkpoint")
+            # (the files it read before too: it never writes the cache, the worker does)
+            assert got["borrowed"] and 1 <= got["hashed"] <= n + 2
+            assert got["tree"] == Snapshots(BlobStore(worker.tmp / "s")).snapshot(worker.ws).tree
+        # Rewind from that process: exact, and still through the journal.
+        assert ask("restore", first)["borrowed"]
+        assert describe(worker.ws) == before
+        # The worker's feed saw the restore's writes: its next checkpoint is exact.
+        mine = worker.checkpoint()
+        assert mine.tree == first
+    finally:
+        other.stdin.close()
+        other.wait(timeout=30)
+
+
+def test_no_trusted_journal_means_a_full_scan(worker: Worker, monkeypatch) -> None:
+    write(worker.ws, "src/a.txt", "a")
+    # The cache file rewritten by someone else since the journal's header: not trusted.
+    Snapshots(BlobStore(worker.store)).snapshot(worker.ws, cache_path=worker.cache)
+    write(worker.ws, "src/b.txt", "b")
+    r = worker.borrowed()
+    assert not r.borrowed and not r.incremental
+    # The worker's next checkpoint (a full scan: the file is not its own) starts a new journal.
+    assert not worker.checkpoint().incremental
+    write(worker.ws, "src/c.txt", "c")
+    assert worker.borrowed().borrowed
+    # Lost events: not trusted.
+    worker.feed._lose("test")
+    worker.feed.pending()
+    assert not worker.borrowed().borrowed
+    # A publisher that does not answer (gone): a full scan after the timeout.
+    assert not worker.checkpoint().incremental
+    monkeypatch.setattr(journal, "ACK_TIMEOUT", 0.05)
+    worker.feed._flush_wd = -1  # the flush requests go unseen
+    write(worker.ws, "src/d.txt", "d")
+    assert journal.borrow(worker.cache, timeout=0.05) is None
+    assert not worker.borrowed().borrowed
+
+
+def test_a_closed_feed_and_no_feed_at_all(tmp_path: Path) -> None:
+    w = Worker(tmp_path)
+    write(w.ws, "a.txt", "a")
+    settle()
+    w.checkpoint()
+    w.feed.close()
+    assert json.loads(journal.journal_path(w.cache).read_text().splitlines()[-1]) == ["closed"]
+    write(w.ws, "b.txt", "b")
+    r = w.borrowed()
+    assert not r.borrowed and r.files == 2
+    # No journal at all (no worker ever watched).
+    journal.journal_path(w.cache).unlink()
+    write(w.ws, "c.txt", "c")
+    assert not w.borrowed().borrowed
+
+
+def test_lazy_records_read_only_what_they_need(worker: Worker) -> None:
+    worker.checkpoint()
+    lent = journal.borrow(worker.cache)
+    cache = journal.load_lazy(worker.cache, lent.cache_id)
+    dirs = cache.dirs
+    assert set(dirs) == {"", "src", "src/lib", "docs"}
+    assert dirs._recs == {}
+    assert dirs["src"].tree
+    assert set(dirs._recs) == {"src"}
+    copy = dirs.copy()
+    del copy["docs"]
+    assert "docs" in dirs and "docs" not in copy
+    assert journal.load_lazy(worker.cache, (0, 0, 0)) is None
+
+
+# --- from the web and the CLI, with a worker process watching the run's workspace --------------
+
+WATCHER = """
+import sys
+from pathlib import Path
+from agents.blobstore import BlobStore
+from agents.snapshots import ChangeFeed, Snapshots
+ws, store, cache = map(Path, sys.argv[1:4])
+feed = ChangeFeed(ws)
+Snapshots(BlobStore(store)).snapshot(ws, cache_path=cache, feed=feed)
+print("ready", flush=True)
+sys.stdin.readline()
+feed.close()
+"""
+
+
+@pytest.mark.parametrize("route", ["web", "cli"])
+def test_checkpoint_now_and_checkpoint_run_use_the_watching_workers_feed(
+    route, owner, waiting_run, monkeypatch, tmp_path
+):
+    from django.core.management import call_command
+
+    from agents import workspaces
+    from agents.snapshots import feed as feeds
+    from tests.helpers import client_for
+
+    run = waiting_run
+    feeds.close_all()  # this process (the web's, the CLI's) keeps no feed of its own
+    ws = run.workspace_path
+    where = [str(ws), str(workspaces.store().blobs.root), str(workspaces.cache_path(run))]
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", WATCHER, *where],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lent = []
+    real = journal.borrow
+    monkeypatch.setattr(journal, "borrow", lambda *a, **k: lent.append(real(*a, **k)) or lent[-1])
+    try:
+        assert watcher.stdout.readline().strip() == "ready"
+        write(ws, "notes/new.md", "written after the worker's checkpoint\n")
+        os.unlink(next(p for p in ws.rglob("*") if p.is_file() and "notes" not in p.parts))
+        if route == "web":
+            response = client_for(owner).post(f"/runs/{run.pk}/checkpoint", {"label": "now"})
+            assert response.status_code == 302
+        else:
+            call_command("checkpoint_run", str(run.pk), "--label", "now")
+        made = run.checkpoints.get(label="now")
+        assert lent and lent[-1] is not None, "the worker's journal was not used"
+        assert made.tree == Snapshots(BlobStore(tmp_path / "scratch")).snapshot(ws).tree
+        # A rewind by a process that did not drive the run: exact, through the journal too.
+        before = describe(ws)
+        workspaces.restore(run, run.checkpoints.order_by("number").first().tree)
+        assert lent[-1] is not None
+        workspaces.restore(run, made.tree)
+        assert describe(ws) == before
+    finally:
+        watcher.stdin.close()
+        watcher.wait(timeout=30)
+
+
+def test_the_journal_grows_by_appends_and_is_rewritten_when_long(worker: Worker, monkeypatch):
+    path = journal.journal_path(worker.cache)
+    ino = path.stat().st_ino
+    size = path.stat().st_size
+    worker.checkpoint()  # nothing changed: the same cache file, nothing to add
+    assert path.stat().st_size == size
+    for n in range(3):
+        write(worker.ws, f"docs/n{n}.md", "x" * n)
+        assert worker.checkpoint().incremental
+        assert worker.borrowed().borrowed
+    assert path.stat().st_ino == ino  # appended to, never made again
+    monkeypatch.setattr(journal, "MAX_BYTES", 10)
+    write(worker.ws, "docs/last.md", "last")
+    worker.checkpoint()
+    assert path.stat().st_ino != ino
+    write(worker.ws, "src/after.py", "after")
+    r = worker.borrowed()
+    assert r.borrowed and r.listed_dirs <= 2  # src, and docs if last.md was too new to trust
+
+
+def test_the_reader_indexes_only_what_the_cache_log_gained(worker: Worker):
+    """A long-lived reader (the web's process) reads only the lines the worker appended since;
+    a cache file made anew (another inode) is read whole again."""
+    write(worker.ws, "twin/a/f.txt", "same")
+    write(worker.ws, "twin/b/f.txt", "same")  # a folder with the same tree digest as twin/a
+    write(worker.ws, "twin/c/.keep", "")
+    settle()
+    first = worker.checkpoint().tree
+    assert worker.borrowed().borrowed
+    index = journal._INDEXES[worker.cache]
+    assert index.size == worker.cache.stat().st_size
+    assert len(index.by_tree[index.tree_of["twin/a"]]) == 2
+    write(worker.ws, "twin/a/f.txt", "changed")
+    settle()
+    worker.checkpoint()  # appends a few lines to the cache file
+    again = worker.borrowed()
+    assert again.borrowed and journal._INDEXES[worker.cache].ino == index.ino
+    assert journal._INDEXES[worker.cache].size > index.size
+    # A rewind by the reader, back to where twin/a and twin/b were alike: exact.
+    other = Snapshots(BlobStore(worker.store))
+    r = other.restore(first, worker.ws, cache_path=worker.cache, borrow=True)
+    assert r.incremental and r.written == 1
+    assert (worker.ws / "twin/a/f.txt").read_text() == "same"
+    assert worker.checkpoint().tree == first
+    # The cache file rewritten whole (a new inode): indexed from the start again.
+    worker.cache.write_text(worker.cache.read_text())
+    write(worker.ws, "twin/c/new", "n")
+    assert not worker.borrowed().borrowed  # the journal names the old file
+    assert not worker.checkpoint().incremental
+    write(worker.ws, "twin/c/newer", "n")
+    assert worker.borrowed().borrowed
+    assert journal._INDEXES[worker.cache].ino == worker.cache.stat().st_ino
+
+
+def test_one_thread_follows_every_feed_even_past_descriptor_1024(tmp_path: Path) -> None:
+    """A worker of 300 runs has 300 feeds and descriptors past 1,024: one thread (an epoll)
+    follows them all, and a borrowed checkpoint of a feed whose descriptor is past 1,024 still
+    sees what changed (select() refused such a descriptor, and its thread spun)."""
+    import resource
+    import threading
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("this process may not open 1,200 files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    workers = []
+    try:
+        while len(held) < 1100:  # the next descriptors are past 1,024
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        for i in range(4):
+            home = tmp_path / f"w{i}"
+            home.mkdir()
+            w = Worker(home)
+            workers.append(w)
+            write(w.ws, "src/app.py", f"print({i})\n")
+            settle()
+            w.checkpoint()
+        assert all(w.feed._inotify.fileno() > 1024 for w in workers)
+        followers = [t for t in threading.enumerate() if t.name == "change-feeds"]
+        assert len(followers) == 1
+        write(workers[-1].ws, "src/app.py", "print('changed')\n")
+        result = workers[-1].borrowed()
+        assert result.borrowed and result.hashed_files == 1
+    finally:
+        for w in workers:
+            w.feed.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
