@@ -273,6 +273,19 @@ def closed_words(approval: Approval) -> str:
     return str(_refused(approval))
 
 
+def edit_refusal(approval: Approval) -> str:
+    """Why this approval cannot be approved with an edited input, or "" when it can (every
+    surface that offers an edit asks this one place)."""
+    if approval.subject == ApprovalSubject.NETWORK_HOST:
+        return "a network connection is allowed or denied, not edited"
+    if approval.subject == ApprovalSubject.CONFIG_CHANGE:
+        return (
+            "a change to how the checks run is approved or denied, not edited (deny it "
+            "with a reason saying what to change)"
+        )
+    return ""
+
+
 def decide(
     approval_id: int,
     *,
@@ -296,13 +309,9 @@ def decide(
     if edited_input is not None:
         if not approve:
             raise ApprovalError("an edit goes with an approval, not a denial")
-        if approval.subject == ApprovalSubject.NETWORK_HOST:
-            raise ApprovalError("a network connection is allowed or denied, not edited")
-        if approval.subject == ApprovalSubject.CONFIG_CHANGE:
-            raise ApprovalError(
-                "a change to how the checks run is approved or denied, not edited (deny it "
-                "with a reason saying what to change)"
-            )
+        why_not = edit_refusal(approval)
+        if why_not:
+            raise ApprovalError(why_not)
         try:
             edited_input = _valid_edit(approval, edited_input)
         except sandbox.ToolInputError as e:

@@ -112,18 +112,23 @@ def summary(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def latest(run_id: int) -> dict[str, tuple[int, dict[str, Any]]]:
+def latest(run_id: int, run: Run | None = None) -> dict[str, tuple[int, dict[str, Any]]]:
     """Each check's latest result on the live branch, {command: (seq, payload)}, in the order
     the checks were last run. Read newest first, stopping once every check the run has now
     (its done-conditions and acceptance checks) is found: a session change reads a few rows,
-    not every result of a long run."""
-    row = Run.objects.filter(pk=run_id).values_list("checks", "acceptance").first()
+    not every result of a long run. `run`: the run, when the caller has just read it."""
+    ranges = None
+    if run is not None:
+        row = (run.checks, run.acceptance)
+        ranges = Event.objects.ranges_of(run)
+    else:
+        row = Run.objects.filter(pk=run_id).values_list("checks", "acceptance").first()
     wanted = set()
     if row is not None:
         wanted = set(row[0] or []) | {c["check"] for c in row[1] or [] if c.get("check")}
     found: dict[str, tuple[int, dict[str, Any]]] = {}
     newest_first = (
-        Event.objects.check_results(run_id).order_by("-seq").values_list("seq", "payload")
+        Event.objects.check_results(run_id, ranges).order_by("-seq").values_list("seq", "payload")
     )
     for seq, payload in newest_first.iterator(chunk_size=32):
         found.setdefault(payload["command"], (seq, payload))
@@ -132,13 +137,13 @@ def latest(run_id: int) -> dict[str, tuple[int, dict[str, Any]]]:
     return dict(sorted(found.items(), key=lambda item: item[1][0]))
 
 
-def latest_results(run_id: int) -> list[dict[str, Any]]:
+def latest_results(run_id: int, run: Run | None = None) -> list[dict[str, Any]]:
     """The most recent result of each check, in the order the checks were last run: what a new
     session is told."""
-    return [payload for _, payload in latest(run_id).values()]
+    return [payload for _, payload in latest(run_id, run).values()]
 
 
-def reading(run_id: int) -> dict[str, dict[str, Any]]:
+def reading(run_id: int, run: Run | None = None) -> dict[str, dict[str, Any]]:
     """The ratchet's reading, kept on every checkpoint: each check's latest result in brief."""
     return {
         command: {
@@ -147,5 +152,5 @@ def reading(run_id: int) -> dict[str, dict[str, Any]]:
             "seq": seq,
             "at": payload.get("at", "finish"),
         }
-        for command, (seq, payload) in latest(run_id).items()
+        for command, (seq, payload) in latest(run_id, run).items()
     }

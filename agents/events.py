@@ -536,6 +536,9 @@ def _run_updated(p: Obj) -> str:
     if "rule_added" in p:
         rule = p["rule_added"] or {}
         return f"tool policy: rule added ({rule.get('action')} {rule.get('tool')})"
+    if "slack" in p:
+        slack = p["slack"] or {}
+        return f"Slack settings changed: {', '.join(f'{k}={v!r}' for k, v in slack.items())}"
     if "wake_at" in p:
         return f"wake-up at {p['wake_at']}" if p["wake_at"] else "wake-up cancelled"
     return "tool policy changed" if "tool_policy" in p else f"budgets raised: {p.get('budgets')}"

@@ -232,10 +232,13 @@ def wake_up_section(run: Run, budget: int | None = None) -> tuple[str, list[str]
     return heading + "\n" + "\n".join(lines), left_out
 
 
-def changes_by_people(run_id: int, after_seq: int) -> list[str]:
-    """What people changed in the memory since `after_seq` (on the live branch), in words."""
+def changes_by_people(
+    run_id: int, after_seq: int, ranges: list[tuple[int, int]] | None = None
+) -> list[str]:
+    """What people changed in the memory since `after_seq` (on the live branch, without the
+    `ranges` abandoned, when the caller has them), in words."""
     qs = (
-        Event.objects.on_live_branch(run_id)
+        Event.objects.on_live_branch(run_id, ranges)
         .filter(kind__in=KINDS, seq__gt=after_seq)
         .exclude(actor__in=["agent", "harness"])
         .order_by("seq")

@@ -13,7 +13,8 @@ loop. What wakes the waker itself:
   the hub (dashboard.live.hub), received as the live pages' listener receives them;
 - on SQLite: an inotify watch of the database's folder: a commit in any process writes the
   database's WAL file, and the waker then reads the new events' ids (an index lookup);
-- on PostgreSQL without Redis: a look every TAIL_SECONDS, as the live tail does.
+- on PostgreSQL without Redis: LISTEN on the channel every append NOTIFYs with its run's id
+  (agents.eventlog.NOTIFY_CHANNEL), delivered when the append commits.
 
 A read every RECHECK_SECONDS covers a lost message.
 """
@@ -34,6 +35,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from agents import eventlog
 from agents.models import Event
 
 # The channel layer between processes (Redis), when there is one, and the group every committed
@@ -60,8 +62,7 @@ except ImportError:
 log = logging.getLogger("dashboard.live")
 
 RECHECK_SECONDS = 2.0  # a message the waker missed costs a waiter at most this long
-TAIL_SECONDS = 0.02  # PostgreSQL without Redis: the waker looks this often
-LOOKBACK = 200  # PostgreSQL: ids behind the newest seen that may still commit (dashboard.live.tail)
+TAIL_SECONDS = 0.02  # SQLite without inotify: the waker looks this often
 
 
 class Waker:
@@ -140,8 +141,10 @@ class Waker:
                 await layer.group_discard(HUB_GROUP, channel)
 
     def _tail(self) -> None:
+        if connection.vendor == "postgresql":
+            return self._listen_postgres()
+        # SQLite: ids are given at commit, in order, so nothing commits behind the newest seen.
         last = Event.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-        seen: set[int] = set()
         watch = self._watch()
         self.ready.set()
         while True:
@@ -153,19 +156,29 @@ class Waker:
                 if watch is not None:
                     watch.close()
                 return
-            floor = last - LOOKBACK if connection.vendor == "postgresql" else last
-            rows = list(Event.objects.filter(pk__gt=floor).values_list("pk", "run_id")[:5000])
-            new = [(pk, run_id) for pk, run_id in rows if pk not in seen]
-            if new:
-                last = max(last, max(pk for pk, _ in new))
-                if connection.vendor == "postgresql":
-                    seen = {pk for pk in seen | {pk for pk, _ in new} if pk > last - LOOKBACK}
-                self.wake(run_id for _, run_id in new)
+            rows = list(Event.objects.filter(pk__gt=last).values_list("pk", "run_id")[:5000])
+            if rows:
+                last = max(pk for pk, _ in rows)
+                self.wake(run_id for _, run_id in rows)
+
+    def _listen_postgres(self) -> None:
+        """LISTEN on a connection of its own (autocommit, outside Django's pool): each
+        notification names the run an append committed to."""
+        import psycopg  # noqa: PLC0415 (the postgres extra: only here is it needed)
+
+        params = connection.get_connection_params()
+        with psycopg.Connection.connect(**params, autocommit=True) as conn:
+            conn.execute(f"LISTEN {eventlog.NOTIFY_CHANNEL}")
+            self.ready.set()
+            while not self._idle():
+                for note in conn.notifies(timeout=RECHECK_SECONDS):
+                    with contextlib.suppress(ValueError):
+                        self.wake([int(note.payload)])
 
     @staticmethod
     def _watch():
         """An inotify watch of the SQLite database's folder (its WAL file changes at every
-        commit), or None (PostgreSQL, or no inotify): then the waker looks every TAIL_SECONDS."""
+        commit), or None (no inotify): then the waker looks every TAIL_SECONDS."""
         if connection.vendor != "sqlite" or inotify_simple is None:
             return None
         folder = Path(settings.DATABASES["default"]["NAME"]).resolve().parent

@@ -6,6 +6,7 @@ apps load: it imports nothing of the project's, only huey.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 
@@ -22,9 +23,21 @@ except ImportError:  # then the consumer polls, as huey's SqliteHuey does
 # current step, hand their runs back to the queue, and nothing is left half-done.
 shutdown_requested = threading.Event()
 
+GC_YOUNG_THRESHOLD = 50_000  # objects allocated between young collections (Python's: 700)
+
 
 class GracefulConsumer(Consumer):
     """On a graceful stop, tell running slices to finish their step and hand the run back."""
+
+    def start(self) -> None:
+        # What Django and the apps built at start-up lives as long as the process: out of the
+        # collector's way (gc.freeze), and the young generation collected less often. A worker
+        # with hundreds of threads spent a quarter of its GIL time in collections that found
+        # nothing to free.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+        super().start()
 
     def stop(self, graceful: bool = False) -> None:
         if graceful:

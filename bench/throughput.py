@@ -22,9 +22,10 @@ with huey's default polling and the periodic reaper on, on P = 1, 2 and 4 proces
             REDIS_URL=redis://127.0.0.1:6379/<an empty db> and a unique SHIFTLOG_HUEY_NAME
             (RedisHuey; its keys are deleted at the end).
 
-Order of one measurement: migrate, start the P consumers and wait until each says it started,
-then create the runs (so consumer start-up is not measured), poll the database until every run
-has ended, stop the consumers with SIGTERM.
+Order of one measurement: migrate, create the N runs (each queued at once), start the P
+consumers (the window starts at the first model.turn, so neither consumer start-up nor this
+script's one-by-one creation is measured; the product's pick-up of N queued runs is), poll the
+database until every run has ended, stop the consumers with SIGTERM.
 
 Reported per measurement:
   steps/s     model.turn events of the N runs divided by the time from the first of them to the
@@ -42,8 +43,8 @@ Reported per measurement:
 
 The approval row: M more runs (10) whose first tool call is `curl -s http://example.invalid/`,
 which the built-in risk classifier makes ask a person (agents/policy.py, "reaches the network").
-They are created first, on one consumer process; once all M are awaiting approval the N normal
-runs are created and measured as above. Nobody approves, so the curl never runs. While the normal
+They are created first, on one consumer process; once all M are awaiting approval that consumer
+stops and the N normal runs are created and measured as above. Nobody approves, so the curl never runs. While the normal
 runs work, every 0.5 s the bench checks that the waiting runs hold no lease (lease_owner empty,
 lease_expires_at null: no slice is driving them, since a slice holds the lease from claim to
 release) and are not in the huey queue, and how many normal runs hold a lease at once (K when
@@ -52,9 +53,10 @@ mode on one process without waiting runs.
 
 Every measurement runs in its own child process with its own temporary SHIFTLOG_DATA_DIR
 (deleted afterwards), its own PostgreSQL database and its own Redis db number and huey name.
-The consumers are started in sessions of their own and die with the child (PR_SET_PDEATHSIG);
-the child stops them on exit, errors and Ctrl-C. Override the servers with SHIFTLOG_BENCH_PG and
-SHIFTLOG_BENCH_REDIS.
+SHIFTLOG_BENCH_KEEP_DB=1 keeps the PostgreSQL database afterwards (its name is printed), to read
+the log of a sitting. The consumers are started in sessions of their own and die with the child
+(PR_SET_PDEATHSIG); the child stops them on exit, errors and Ctrl-C. Override the servers with
+SHIFTLOG_BENCH_PG and SHIFTLOG_BENCH_REDIS.
 """
 
 from __future__ import annotations
@@ -344,11 +346,11 @@ def child(args: argparse.Namespace) -> dict:
         connections.close_all()
 
 
-def _start_consumers(args, data_dir: Path, consumers: list) -> None:
+def _start_consumers(args, data_dir: Path, consumers: list, tag: str = "") -> None:
     command = [sys.executable, str(ROOT / "manage.py"), "run_huey", "-w", str(args.threads)]
     command += ["-k", "thread", "-g", "TERM", "-t", "30"]
     for i in range(args.procs):
-        log_path = data_dir / f"consumer-{i}.log"
+        log_path = data_dir / f"consumer-{i}{'-' + tag if tag else ''}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
                 command,
@@ -407,13 +409,12 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
     source.mkdir()
     (source / "notes.txt").write_text(NOTES)
 
-    _start_consumers(args, data_dir, consumers)
-
     def logs() -> str:
         return "\n".join(f"--- {p.name} ---\n{p.read_text()[-3000:]}" for _, p in consumers)
 
     waiting: list[int] = []
     if args.waiting:
+        _start_consumers(args, data_dir, consumers, tag="waits")
         waiting = _create_runs(
             args.waiting, _waiting_script(args.delay), source, "waits", args.turns_per_session
         )
@@ -426,12 +427,20 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
             "the waiting runs to reach awaiting_approval",
             details=logs,
         )
+        # Waiting runs hold no lease and no worker thread: the consumers can stop and start
+        # again below like the rows without waiting runs.
+        _stop_consumers(consumers)
+        consumers.clear()
 
+    # The runs are made before the consumers start, so that the window measured (first to last
+    # model.turn) holds the product's own pick-up of N queued runs, not this script making them
+    # one by one while the first ones already run.
     created_at = time.time()
     normal = _create_runs(
         args.runs, _script(args.turns, args.delay), source, "bench", args.turns_per_session
     )
     created_s = time.time() - created_at
+    _start_consumers(args, data_dir, consumers)
 
     samples = []
     outage = Outage(args.exhaust, start_after=args.exhaust_after)
@@ -504,6 +513,14 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
         gaps.append(gap)
         (in_session if session_a == session_b else boundary).append(gap)
     window = times[-1] - times[0] if len(times) > 1 else 0.0
+    # When each run's k-th turn came, from the window's start: the median and the last run's.
+    by_turn: dict[int, list[float]] = {}
+    for _, group in itertools.groupby(rows, key=lambda row: row[0]):
+        for k, (_, _, created) in enumerate(group):
+            by_turn.setdefault(k + 1, []).append(created.timestamp() - (times[0] if times else 0))
+    turn_times = [
+        [k, round(_percentile(v, 0.5), 2), round(max(v), 2)] for k, v in sorted(by_turn.items())
+    ]
     statuses = Run.objects.filter(pk__in=normal).values_list("status", "status_reason")
     by_status: dict[str, int] = {}
     reasons = set()
@@ -536,6 +553,7 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
         "gap_max_ms": max(gaps) if gaps else None,
         "in_session_p50_ms": _percentile(in_session, 0.50),
         "in_session_p99_ms": _percentile(in_session, 0.99),
+        "turn_times": turn_times,
         "boundary_n": len(boundary),
         "boundary_p50_ms": _percentile(boundary, 0.50),
         "boundary_max_ms": max(boundary) if boundary else None,
@@ -566,6 +584,14 @@ def _measure(args, data_dir: Path, consumers: list) -> dict:
         result["server_version"] = connection.pg_version
     if timed_out or by_status.get(RunStatus.SUCCEEDED, 0) < args.runs:
         result["consumer_logs"] = logs()
+        unfinished = Run.objects.filter(pk__in=normal).exclude(status=RunStatus.SUCCEEDED)
+        result["unfinished_tails"] = {
+            run_id: [
+                f"{e.seq} {e.kind} {e.actor} {str(e.payload)[:300]}"
+                for e in reversed(Event.objects.filter(run_id=run_id).order_by("-seq")[:24])
+            ]
+            for run_id in unfinished.values_list("pk", flat=True)[:3]
+        }
     return result
 
 
@@ -594,6 +620,8 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
             "SHIFTLOG_DEBUG": "false",
         }
     )
+    if args.pool is not None:
+        env["SHIFTLOG_DB_POOL_SIZE"] = str(args.pool)
     db_name = redis_db = huey_name = None
     label = f"{mode}, {procs} process(es) x {args.threads} threads" + (
         f", {waiting} runs awaiting approval" if waiting else ""
@@ -648,6 +676,8 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
         print(f" {time.perf_counter() - started:.1f} s", file=sys.stderr)
         if result.get("consumer_logs"):
             sys.stderr.write(result["consumer_logs"][-4000:] + "\n")
+        for run_id, tail in (result.get("unfinished_tails") or {}).items():
+            sys.stderr.write(f"--- run {run_id}, its last events ---\n" + "\n".join(tail) + "\n")
         return result
     finally:
         if proc is not None and proc.poll() is None:
@@ -658,7 +688,9 @@ def _run_child(args: argparse.Namespace, mode: str, procs: int, waiting: int) ->
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if db_name:
+        if db_name and os.environ.get("SHIFTLOG_BENCH_KEEP_DB"):
+            print(f"kept the database {db_name}", file=sys.stderr)
+        elif db_name:
             with contextlib.suppress(Exception):
                 pg_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
             with contextlib.suppress(Exception):
@@ -798,9 +830,16 @@ def parent(args: argparse.Namespace) -> int:
                         if r["ceiling"]
                         else None,
                         "failed_runs": r["failed_runs"],
+                        "timed_out": r["timed_out"],
                         "by_status": r["by_status"],
                         "reasons": r["reasons"],
                         "peak_db_connections": r["peak_db_connections"],
+                        "window_s": round(r["window_s"], 2),
+                        "create_s": round(r["create_s"], 2),
+                        "step_gap_p50_ms": r["gap_p50_ms"] and round(r["gap_p50_ms"], 1),
+                        "in_session_p99_ms": r["in_session_p99_ms"]
+                        and round(r["in_session_p99_ms"], 1),
+                        "turn_s": r["turn_times"],
                         "outage": r["outage"],
                         "durability": DURABILITY[r["mode"]],
                         "load_average_1m": {"start": round(load, 2), "end": round(end_load, 2)},
@@ -865,6 +904,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=None, help="per measurement, seconds")
     parser.add_argument("--quick", action="store_true", help="8 runs x 12 turns, 1 and 2 procs")
     parser.add_argument(
+        "--pool",
+        type=int,
+        default=None,
+        help="postgres: SHIFTLOG_DB_POOL_SIZE of each consumer (the product's default if unset)",
+    )
+    parser.add_argument(
         "--exhaust",
         type=float,
         default=0.0,
@@ -890,10 +935,12 @@ def main() -> int:
     else:
         args.procs_list = [int(p) for p in (args.procs or ("1,2" if quick else "1,2,4")).split(",")]
     if args.timeout is None:
-        # Generous: 4x the time the slowest configuration needs if the harness cost nothing.
+        # Generous: 4x the time the slowest configuration needs if the harness cost nothing,
+        # plus the consumers' start and one second a run to pick them all up: a slow sitting
+        # is a figure, never runs reported failed because the bench stopped watching.
         slots = args.threads * (args.procs if args.child else min(args.procs_list))
         ideal = args.runs * args.turns * args.delay / min(slots, args.runs)
-        args.timeout = max(60.0, 4 * ideal)
+        args.timeout = max(60.0, 4 * ideal) + 30 + args.runs
     if args.turns < 2 or args.runs < 1 or args.threads < 1:
         parser.error("need --turns >= 2, --runs >= 1, --threads >= 1")
     if args.child:

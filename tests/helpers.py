@@ -3,12 +3,19 @@ live in conftest.py; import these from here."""
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 from django.contrib.auth import get_user_model
 
 from agents import services
 from agents.models import Run
 from agents.runspec import RunSpec
 from agents.runtime.loop import drive
+from tests.procs import BASE_DIR, Procs
+
+if TYPE_CHECKING:
+    from tests.fake_anthropic import FakeAnthropic
 
 
 def user_with(name: str, *perms: str):
@@ -144,3 +151,75 @@ def demo_to_success(user) -> Run:
     assert run.status == "awaiting_approval", run.status_reason
     approve_pending(run, user)
     return drive_until_idle(run)
+
+
+# --- the worked examples and the framework adapters, against a real server ---------------
+CLIENT_SRC = BASE_DIR / "clients" / "python" / "src"
+EXAMPLES = BASE_DIR / "examples"
+CHECKS = ["test -f done.txt", "grep -qx yes done.txt"]
+
+
+def issue_token(tmp_path, user: str, scopes: str) -> str:
+    out = Procs(tmp_path).manage("create_token", "--user", user, "--scopes", scopes)
+    return out.strip().splitlines()[-1]
+
+
+def agent_env(fake: FakeAnthropic, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
+    env.update(
+        {
+            "PYTHONPATH": str(CLIENT_SRC),
+            "PYTHONUNBUFFERED": "1",
+            "ANTHROPIC_BASE_URL": fake.base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-test-not-a-key",
+            **extra,
+        }
+    )
+    return env
+
+
+def tool_use(call_id: str, name: str, **input: str) -> dict:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": input}
+
+
+def text(words: str) -> dict:
+    return {"type": "text", "text": words}
+
+
+class WorkerDied(BaseException):
+    """Stands for SIGKILL at one point of a slice: nothing after it runs in that worker."""
+
+
+def drive_in_a_worker_that_dies(run_id: int, monkeypatch, owner, name: str, when) -> None:
+    """Drive the run in a worker that dies (WorkerDied) at the first call of `owner.name` for
+    which `when(*args, **kwargs)` holds; `owner.name` is itself again afterwards."""
+    import pytest
+
+    from agents.runtime.loop import drive
+
+    real = getattr(owner, name)
+
+    def dies(*args, **kwargs):
+        if when(*args, **kwargs):
+            raise WorkerDied
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, dies)
+    with pytest.raises(WorkerDied):
+        drive(run_id)
+    monkeypatch.setattr(owner, name, real)
+
+
+def drive_until_the_final_checkpoint_kills_it(run_id: int, monkeypatch) -> None:
+    """Drive the run in a worker that dies as it takes the session-end checkpoint (after the
+    checks passed and the session ended as finished)."""
+    from agents.models import CheckpointKind
+    from agents.runtime.slice import Slice
+
+    drive_in_a_worker_that_dies(
+        run_id,
+        monkeypatch,
+        Slice,
+        "checkpoint",
+        lambda self, kind, label="": kind == CheckpointKind.SESSION_END,
+    )

@@ -16,7 +16,12 @@ from huey import RedisHuey
 from agents import jobs, reaper, rewinds, services
 from agents.models import Event, Run, RunStatus
 from agents.runspec import RunSpec
-from tests.helpers import drive_until_idle, run_queued
+from tests.helpers import (
+    drive_in_a_worker_that_dies,
+    drive_until_idle,
+    drive_until_the_final_checkpoint_kills_it,
+    run_queued,
+)
 
 pytestmark = pytest.mark.django_db
 SCRIPT = {
@@ -167,10 +172,6 @@ def test_a_task_from_before_this_change_still_rewinds(owner, django_capture_on_c
     assert run.events.filter(kind="run.rewound").count() == 1
 
 
-class WorkerDied(BaseException):
-    """Stands for SIGKILL at one point of a slice: nothing after it runs in that worker."""
-
-
 def test_a_worker_that_dies_after_the_checks_passed_leaves_a_run_that_succeeds(monkeypatch):
     """Found by bench/chaos.py: the checks passed and the session ended as finished, and the worker
     died before marking the run succeeded. The next worker used to send the agent back to work
@@ -180,17 +181,13 @@ def test_a_worker_that_dies_after_the_checks_passed_leaves_a_run_that_succeeds(m
     from tests.helpers import finish_turn, make_run
 
     run = make_run(turns=[finish_turn()])
-    real = Slice.transition
-
-    def dies_before_success(self, target, **kwargs):
-        if target == RunStatus.SUCCEEDED:
-            raise WorkerDied
-        return real(self, target, **kwargs)
-
-    monkeypatch.setattr(Slice, "transition", dies_before_success)
-    with pytest.raises(WorkerDied):
-        drive(run.pk)
-    monkeypatch.setattr(Slice, "transition", real)
+    drive_in_a_worker_that_dies(
+        run.pk,
+        monkeypatch,
+        Slice,
+        "transition",
+        lambda self, target, **kwargs: target == RunStatus.SUCCEEDED,
+    )
     run.refresh_from_db()
     assert run.status == RunStatus.VERIFYING
     checkpoints_before = run.checkpoints.count()
@@ -208,21 +205,10 @@ def test_a_worker_that_dies_after_the_checks_passed_leaves_a_run_that_succeeds(m
 def test_a_worker_that_dies_taking_the_final_checkpoint_leaves_a_run_that_succeeds(monkeypatch):
     from agents.models import CheckpointKind
     from agents.runtime.loop import drive
-    from agents.runtime.slice import Slice
     from tests.helpers import finish_turn, make_run
 
     run = make_run(turns=[finish_turn()])
-    real = Slice.checkpoint
-
-    def dies_at_the_final_checkpoint(self, kind, label=""):
-        if kind == CheckpointKind.SESSION_END:
-            raise WorkerDied
-        return real(self, kind, label)
-
-    monkeypatch.setattr(Slice, "checkpoint", dies_at_the_final_checkpoint)
-    with pytest.raises(WorkerDied):
-        drive(run.pk)
-    monkeypatch.setattr(Slice, "checkpoint", real)
+    drive_until_the_final_checkpoint_kills_it(run.pk, monkeypatch)
     assert not run.checkpoints.filter(kind=CheckpointKind.SESSION_END).exists()
 
     assert drive(run.pk).status == RunStatus.SUCCEEDED
@@ -273,3 +259,113 @@ def test_a_full_disk_during_a_checkpoint_pauses_the_run_with_the_reason_and_lose
     assert run.status == RunStatus.SUCCEEDED
     call_command("verify_store", stdout=StringIO())  # every checkpoint's blobs are there
     assert not BlobStore().stray_temp_files()  # nothing half-written left behind
+
+
+@pytest.fixture
+def paused_as_the_checks_run(monkeypatch):
+    """Each slice's checks run, then a person pauses the run before the worker records them."""
+    from agents.runtime.slice import Slice
+
+    real = Slice.run_checks
+
+    def paused_meanwhile(self, commands, **kwargs):
+        results = real(self, commands, **kwargs)
+        services.pause_run(self.run_id, actor="user:olivia")
+        return results
+
+    monkeypatch.setattr(Slice, "run_checks", paused_meanwhile)
+    return lambda: monkeypatch.setattr(Slice, "run_checks", real)
+
+
+def test_a_run_paused_while_its_passing_checks_ran_succeeds_when_resumed(
+    paused_as_the_checks_run,
+):
+    """Found by bench/chaos.py: the checks passed and the session ended as finished, but the
+    person's pause won over the success; the resumed run started a new session and sent the agent
+    back to work it had finished (its script had run out, so the run failed)."""
+    from agents.runtime.loop import drive
+    from tests.helpers import finish_turn, make_run
+
+    run = make_run(turns=[finish_turn()])
+    assert drive(run.pk).status == RunStatus.PAUSED
+    paused_as_the_checks_run()  # undo: the person does not pause again
+    services.resume_run(run.pk, actor="user:olivia")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert "when the run was resumed" in run.status_reason
+    assert run.sessions.count() == 1  # no new session: the agent was done
+    assert run.events.filter(kind="tool.call", payload__name="finish").count() == 1
+    assert run.checkpoints.filter(kind="session_end").count() == 1
+
+
+def test_a_run_paused_while_its_failing_checks_ran_tells_the_agent_when_resumed(
+    paused_as_the_checks_run,
+):
+    from agents.runtime.loop import drive
+    from tests.helpers import call, finish_turn, make_run
+
+    run = make_run(
+        turns=[
+            finish_turn(),
+            {"text": "Writing.", "tool_calls": [call("write_file", path="a.txt", content="a")]},
+            finish_turn(),
+        ],
+        checks=["test -f a.txt"],
+    )
+    assert drive(run.pk).status == RunStatus.PAUSED
+    paused_as_the_checks_run()
+    services.resume_run(run.pk, actor="user:olivia")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    finishes = run.events.filter(kind="tool.result", payload__name="finish").order_by("seq")
+    assert [r.payload["is_error"] for r in finishes] == [True, False]
+    assert "FAILED `test -f a.txt`" in finishes[0].payload["output"]
+
+
+def test_a_run_paused_while_its_checks_ran_and_then_rewound_goes_on_from_the_checkpoint(
+    paused_as_the_checks_run, django_capture_on_commit_callbacks
+):
+    """The finished session is on the abandoned branch: the run is not completed from it."""
+    from agents.runtime.loop import drive
+    from tests.helpers import finish_turn, make_run
+
+    run = make_run(turns=[finish_turn()])
+    assert drive(run.pk).status == RunStatus.PAUSED
+    paused_as_the_checks_run()
+    start = run.checkpoints.get(kind="run_start")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert rewinds.carry_out_rewind(
+            run.pk, start.pk, actor="user:olivia", note="again", until=time.time() + 60
+        )
+    run.refresh_from_db()
+    if run.status == RunStatus.PAUSED:  # a run a person paused stays paused through a rewind
+        services.resume_run(run.pk, actor="user:olivia")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert "when the run was resumed" not in run.status_reason
+    assert run.events.filter(kind="run.rewound").count() == 1
+    assert run.sessions.count() == 2  # the agent finished again after the rewind
+    assert run.events.filter(kind="tool.call", payload__name="finish").count() == 2
+
+
+def test_a_worker_that_dies_as_the_finished_session_ends_leaves_the_finish_to_do_again(monkeypatch):
+    """The passed finish's result and the session's end are one write: a worker that died between
+    them used to leave the finish answered in a session still open, and the next worker sent the
+    agent back to work it had finished (its script had run out, so the run failed)."""
+    from agents import eventlog
+    from tests.helpers import finish_turn, make_run
+
+    run = make_run(turns=[finish_turn()])
+    drive_in_a_worker_that_dies(
+        run.pk,
+        monkeypatch,
+        eventlog,
+        "append_many",
+        lambda run_id, events, **kwargs: any(e.kind == "session.ended" for e in events),
+    )
+    assert not run.events.filter(kind="tool.result", payload__name="finish").exists()
+
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert run.events.filter(kind="check.result", payload__at="finish").count() == 2
+    assert run.events.filter(kind="tool.result", payload__name="finish").count() == 1

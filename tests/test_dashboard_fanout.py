@@ -27,9 +27,8 @@ from agents.models import Event
 from dashboard import stream
 from dashboard.live import fanout
 from tests.helpers import make_run
-from tests.procs import Procs
+from tests.procs import Procs, free_port
 from tests.test_dashboard_consumers import as_user, receive_until, seqs
-from tests.test_serve import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 

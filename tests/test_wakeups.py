@@ -82,3 +82,46 @@ def test_an_enqueue_from_another_process_wakes_an_idle_consumer_thread(tmp_path)
     finally:
         other.wait(60)
     assert other.returncode == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_without_redis_a_commit_is_pushed_by_notify(
+    tmp_path, monkeypatch, settings
+) -> None:
+    """PostgreSQL with no Redis hub: the append NOTIFYs at commit and the waker LISTENs, so a
+    long poll is woken without anyone reading the log on a timer."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's LISTEN/NOTIFY (the PostgreSQL + Redis pass)")
+    monkeypatch.setattr(wakeups, "RECHECK_SECONDS", 600)
+    monkeypatch.setattr(wakeups, "TAIL_SECONDS", 600)
+    monkeypatch.setitem(settings.SHIFTLOG, "LIVE_PUSH", False)
+    run = make_run()
+    env = process_env(tmp_path)
+    env.pop("REDIS_URL", None)  # the writer has no hub either: it NOTIFYs
+    writer = textwrap.dedent(
+        """
+        import sys
+        import django
+        django.setup()
+        from agents import eventlog
+        eventlog.append(int(sys.argv[1]), "harness.message", {"text": "hi"}, actor="test")
+        """
+    )
+
+    async def wait() -> bool:
+        async with wakeups.watching(run.pk) as event:
+            assert wakeups.waker.ready.wait(30)
+            await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-c", writer, str(run.pk)],
+                cwd=REPO,
+                env=env,
+                check=True,
+                timeout=120,
+            )
+            await asyncio.wait_for(event.wait(), 60)  # no look comes: only a NOTIFY ends this
+            return event.is_set()
+
+    assert asyncio.run(wait())

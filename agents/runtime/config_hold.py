@@ -110,19 +110,21 @@ class ConfigHold:
         """Tell the agent what people decided about its held changes since it last heard (the
         text reaches it after the results of any open tool call: agents/runtime/conversation.py)."""
         s = self.s
+        # The decisions first: most runs have none, and then the log is not read at all.
+        decided = list(
+            Approval.objects.filter(run_id=s.run_id, subject=ApprovalSubject.CONFIG_CHANGE)
+            .exclude(status=ApprovalStatus.PENDING)
+            .select_related("decided_by")
+            .order_by("pk")
+        )
+        if not decided:
+            return
         told = set(
             Event.objects.filter(
                 run_id=s.run_id, kind=EventKind.HARNESS_MESSAGE, payload__reason=REASON
             ).values_list("payload__approval_id", flat=True)
         )
-        decided = (
-            Approval.objects.filter(run_id=s.run_id, subject=ApprovalSubject.CONFIG_CHANGE)
-            .exclude(status=ApprovalStatus.PENDING)
-            .exclude(pk__in=told)
-            .select_related("decided_by")
-            .order_by("pk")
-        )
-        for approval in decided:
+        for approval in (a for a in decided if a.pk not in told):
             names = config_changes.paths(approval.tool_input)
             if approval.status == ApprovalStatus.APPROVED:
                 comment = f" Their comment: {approval.comment}" if approval.comment else ""

@@ -62,6 +62,7 @@ from agents.runtime.calls import call_event
 from agents.runtime.external_driver import (  # noqa: F401 (external.X are the public names)
     AGENT_ID,
     ExternalError,
+    RewoundError,
     _drive_as,
     agent_id,
     rewind_reason,
@@ -120,9 +121,14 @@ def _external(run_id: int) -> Run:
 
 
 @contextmanager
-def _driving(run_id: int, actor: str, agent: str = "agent") -> Iterator[Harness]:
+def _driving(
+    run_id: int, actor: str, agent: str = "agent", *, knows_rewinds: bool = False
+) -> Iterator[Harness]:
     """Do one call of the agent as a worker does one step: under the run's lease, with the
-    session open. Raises ExternalError when the run is in no state to be driven."""
+    session open. Raises ExternalError when the run is in no state to be driven, and, with
+    `knows_rewinds` (what would carry the agent's stale work over a rewind: an upload, a
+    handoff, a finish), RewoundError while the agent has not read its context since a rewind.
+    Asked under the lease, so no rewind can come between the question and the call."""
     run = _external(run_id)
     touch(run_id, agent)
     owner = f"external:{actor}:{agent}"
@@ -136,6 +142,8 @@ def _driving(run_id: int, actor: str, agent: str = "agent") -> Iterator[Harness]
         time.sleep(0.05)
     try:
         run.refresh_from_db()
+        if knows_rewinds and (rewind := rewound(run_id)) is not None:
+            raise RewoundError(rewind)
         started = time.monotonic()
         s = Slice(run, owner, started + 24 * 3600, started=started)
         # Where workspaces are each host's cache, this web process's copy (uploads, checks).
@@ -271,7 +279,7 @@ def hand_off(
         handoff = sandbox.validate_input("handoff", handoff)
     except sandbox.ToolInputError as e:
         raise ExternalError(str(e), 422) from None
-    with _driving(run_id, actor, agent) as h, suppress(SliceOver):
+    with _driving(run_id, actor, agent, knows_rewinds=True) as h, suppress(SliceOver):
         h.sessions.hand_off(handoff)
     if status_of(run_id) not in DRIVABLE_STATUSES:
         return {
@@ -612,7 +620,7 @@ def upload_workspace(
     staging = Path(tempfile.mkdtemp(prefix=f".upload-{run_id}-", dir=root))
     try:
         _unpack(archive, staging, cap)
-        with _driving(run_id, actor, agent) as h:
+        with _driving(run_id, actor, agent, knows_rewinds=True) as h:
             workspace = h.s.run.workspace_path
             old = workspace.with_name(f".{workspace.name}-old-{uuid.uuid4().hex[:8]}")
             if workspace.exists():

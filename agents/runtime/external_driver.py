@@ -21,6 +21,15 @@ class ExternalError(ValueError):
         self.status = status
 
 
+class RewoundError(ExternalError):
+    """The agent acts on what a person's rewind undid: it must read its context again (and
+    restore its folder from the checkpoint) first. `rewound` says which rewind."""
+
+    def __init__(self, rewind: dict[str, Any]) -> None:
+        super().__init__(rewind_reason(rewind), 409)
+        self.rewound = rewind
+
+
 def _drive_as(run: Run, agent: str, now) -> None:
     driver, _ = ExternalDriver.objects.get_or_create(
         run_id=run.pk, defaults={"agent": agent, "seen_branch_seq": run.branch_seq}

@@ -33,7 +33,7 @@ def finish(run_id: int, *, actor: str, agent: str = "agent", summary: Any) -> di
     ).first()
     if pending is None:
         block = {"id": f"ext_{uuid.uuid4().hex}", "name": "finish", "input": {"summary": summary}}
-        with _driving(run_id, actor, agent) as h:
+        with _driving(run_id, actor, agent, knows_rewinds=True) as h:
             h.s.append(call_event(h.s, block))
             pending = ExternalCall.objects.create(
                 run_id=run_id,
@@ -58,7 +58,7 @@ def run_finish(*, run_id: int, call_id: str, actor: str, agent: str) -> bool:
         return True
     block = {"id": call.tool_use_id, "name": "finish", "input": call.input}
     try:
-        with _driving(run_id, actor, agent) as h:
+        with _driving(run_id, actor, agent, knows_rewinds=True) as h:
             call.refresh_from_db()
             if call.result_seq is not None:
                 return True

@@ -110,8 +110,12 @@ class Finish:
 
     def _succeed(self, block: dict[str, Any], summary: str) -> NoReturn:
         s = self.s
-        s.record_result(block, sandbox.ToolResult(output=summary))
-        self.sessions.end(EndReason.FINISHED)
+        # The result and the session's end in one transaction: a worker that died between them
+        # left a passed finish in a session still open, and the next worker sent the agent back
+        # to work it had finished (found by bench/chaos.py). Nothing reads the conversation
+        # after this, so the result goes only to the log.
+        result = s.result_event(block, sandbox.ToolResult(output=summary))
+        self.sessions.end(EndReason.FINISHED, extra=[result])
         s.transition(
             RunStatus.SUCCEEDED, reason="every done-condition passed", expect={RunStatus.VERIFYING}
         )

@@ -164,13 +164,16 @@ class Driver:
         self.calls = Calls(s, self.gate, self.sessions, self.finish, self.network)
 
     def run(self) -> SliceResult:
-        if finished := self._finished_before_it_died():
-            return self._complete_success(finished)
-        if not self._take():
+        finished = self._finished_before_it_died()
+        # A resumed run whose success was left to complete is taken as any queued run is.
+        taking = finished is None or self.run_obj.status == RunStatus.QUEUED
+        if taking and not self._take():
             return SliceResult.NOT_DRIVABLE
         watching = None
         try:
             self._bring_workspace()
+            if finished is not None:
+                return self._complete_success(finished)
             # The change feed of the workspace while this worker drives the run (checkpoints).
             watching = workspaces.watch(self.run_obj)
             self._contain()
@@ -282,16 +285,44 @@ class Driver:
         return self._pause(reason, PauseCause.DISK_FULL)
 
     def _finished_before_it_died(self) -> Session | None:
-        """The session that ended as finished when the checks passed and the worker died before
-        the run was marked succeeded (or before its final checkpoint): found by bench/chaos.py."""
-        if self.run_obj.status != RunStatus.VERIFYING:
+        """The session that ended as finished when the checks passed, where the run was never
+        marked succeeded: its worker died first (the run is still verifying), or a person paused
+        the run while its checks ran (it comes back queued when resumed). Both found by
+        bench/chaos.py: the agent used to be sent back to work it had finished."""
+        status = self.run_obj.status
+        if status not in (RunStatus.VERIFYING, RunStatus.QUEUED):
             return None
         last = Session.objects.filter(run_id=self.run_id).order_by("-index").first()
-        return last if last is not None and last.end_reason == EndReason.FINISHED else None
+        if last is None or last.end_reason != EndReason.FINISHED:
+            return None
+        if status == RunStatus.QUEUED:
+            # Rewound since? Then that session is on an abandoned branch and the run goes on.
+            latest = (
+                Event.objects.on_live_branch(self.run_id, Event.objects.ranges_of(self.run_obj))
+                .filter(kind__in=[EventKind.SESSION_STARTED, EventKind.SESSION_ENDED])
+                .order_by("-seq")
+                .values_list("kind", "payload")
+                .first()
+            )
+            if latest is None or latest[0] != EventKind.SESSION_ENDED:
+                return None
+            if latest[1].get("index") != last.index or latest[1].get("reason") != "finished":
+                return None
+        return last
 
     def _complete_success(self, session: Session) -> SliceResult:
+        """Its final checkpoint is of the workspace brought here first (_bring_workspace): this
+        host's copy may be an older state (found by bench/chaos.py: a worker on another host
+        recorded its stale copy, and the last session's committed write was gone)."""
         s = self.slice
         self.sessions.adopt(session)
+        resumed = s.status == RunStatus.RUNNING  # after a pause that came as the checks ran
+        if resumed:
+            s.transition(
+                RunStatus.VERIFYING,
+                reason="the done-conditions had passed when the run was paused; completing it",
+                expect={RunStatus.RUNNING},
+            )
         ended = (
             Event.objects.filter(run_id=self.run_id, kind=EventKind.SESSION_ENDED)
             .order_by("-seq")
@@ -302,7 +333,8 @@ class Driver:
             s.checkpoint(CheckpointKind.SESSION_END, f"end of session {s.session.index} (finished)")
         s.transition(
             RunStatus.SUCCEEDED,
-            reason="every done-condition passed (marked after its worker stopped)",
+            reason="every done-condition passed (marked "
+            + ("when the run was resumed)" if resumed else "after its worker stopped)"),
             expect={RunStatus.VERIFYING},
         )
         return SliceResult.SUCCEEDED
@@ -318,12 +350,14 @@ class Driver:
         }
         if run.status in moves:
             try:
-                self.slice.transition(
+                moved = self.slice.transition(
                     RunStatus.RUNNING, reason=moves[run.status], expect={run.status}
                 )
             except IllegalTransition:
                 return False
-            run.refresh_from_db()
+            # The row as the transition read it under its lock, not read again.
+            for field in ("status", "status_reason", "pause_cause", "started_at", "updated_at"):
+                setattr(run, field, getattr(moved, field))
         return run.status == RunStatus.RUNNING
 
     def _step(self) -> None:

@@ -173,18 +173,20 @@ class Network:
         """Tell the agent what people decided about hosts since it last heard, and take the
         allow-once grants into this slice."""
         s = self.s
+        # The decisions first: most runs have none, and then the log is not read at all.
+        decided = list(
+            Approval.objects.filter(run_id=s.run_id, subject=ApprovalSubject.NETWORK_HOST)
+            .exclude(status=ApprovalStatus.PENDING)
+            .order_by("pk")
+        )
+        if not decided:
+            return
         told = set(
             Event.objects.filter(
                 run_id=s.run_id, kind=EventKind.HARNESS_MESSAGE, payload__reason="network_decision"
             ).values_list("payload__approval_id", flat=True)
         )
-        decided = (
-            Approval.objects.filter(run_id=s.run_id, subject=ApprovalSubject.NETWORK_HOST)
-            .exclude(status=ApprovalStatus.PENDING)
-            .exclude(pk__in=told)
-            .order_by("pk")
-        )
-        for approval in decided:
+        for approval in (a for a in decided if a.pk not in told):
             target = policy.network_target(
                 str(approval.tool_input.get("host", "")), approval.tool_input.get("port")
             )

@@ -54,6 +54,7 @@ class Sessions:
         # What the test-suite checks count at the run's start (Finish.baseline): kept on the
         # start checkpoint, the ratchet's floor (agents/suite_guard.py).
         self.baseline: Callable[[], dict] | None = None
+        self._took_start_checkpoint = False  # the last _start took the run's first checkpoint
 
     def ratchet_with(
         self,
@@ -91,8 +92,19 @@ class Sessions:
             .exclude(status=SessionStatus.ENDED)
             .order_by("-index")
             .first()
-        ) or self._start()
-        self._rebuild()
+        )
+        if s.session is not None:
+            self._rebuild()
+            return
+        # A new session holds only its first message, and no call is open: what _rebuild would
+        # read back from the log, the slice knows (a run's start is most of what hundreds of
+        # runs starting together cost one process).
+        s.session = self._start()
+        s.conv = Conversation.from_events([self._started])
+        s.previous_meta = checkpoints.provider_meta(s.run)
+        if not self._took_start_checkpoint:  # else Slice.checkpoint counted none since
+            s.count_file_changes(self._file_changes_since_checkpoint())
+        s.approvals = {}
 
     def open_next(self) -> None:
         """Start the next session in the slice that ended the last one (after a handoff): what
@@ -136,14 +148,14 @@ class Sessions:
             max_sessions=run.max_sessions,
             max_turns=run.max_turns_per_session,
             handoff=handoff,
-            check_results=done_conditions.latest_results(s.run_id),
+            check_results=done_conditions.latest_results(s.run_id, run),
             listing=s.workspace.listing(),
             notes=notes,
             acceptance=run.acceptance,
             rewind_note=rewind_note,
             memory=memory.wake_up_section(run)[0],
             changed_by_people=memory.changes_by_people(
-                s.run_id, previous.first_seq if previous else 0
+                s.run_id, previous.first_seq if previous else 0, Event.objects.ranges_of(run)
             ),
         )
         message = prompts.assemble(parts)
@@ -173,7 +185,9 @@ class Sessions:
         started = appended.events[0]
         self._started = (started.seq, started.kind, started.payload)
         s.session = session
+        self._took_start_checkpoint = False
         if index == 1 and not Checkpoint.objects.filter(run_id=s.run_id).exists():
+            self._took_start_checkpoint = True
             kind = CheckpointKind.FORK if run.forked_from_id else CheckpointKind.RUN_START
             floor = self.baseline() if self.baseline is not None else {}
             start = s.checkpoint(kind, "the workspace the run started from")
@@ -227,18 +241,7 @@ class Sessions:
             s.read_up_to(events[-1][0])
         s.conv = Conversation.from_events(events)
         s.previous_meta = checkpoints.provider_meta(s.run)
-        s.count_file_changes(
-            Event.objects.filter(
-                run_id=s.run_id,
-                kind=EventKind.TOOL_CALL,
-                payload__name__in=list(checkpoints.FILE_TOOLS),
-                seq__gt=Checkpoint.objects.filter(run_id=s.run_id)
-                .order_by("-seq")
-                .values_list("seq", flat=True)
-                .first()
-                or 0,
-            ).count()
-        )
+        s.count_file_changes(self._file_changes_since_checkpoint())
         session.refresh_from_db()
         open_ids = [b["id"] for b in s.conv.open_tool_uses]
         s.approvals = {
@@ -247,6 +250,18 @@ class Sessions:
                 run_id=s.run_id, tool_use_id__in=open_ids
             ).select_related("decided_by")
         }
+
+    def _file_changes_since_checkpoint(self) -> int:
+        return Event.objects.filter(
+            run_id=self.s.run_id,
+            kind=EventKind.TOOL_CALL,
+            payload__name__in=list(checkpoints.FILE_TOOLS),
+            seq__gt=Checkpoint.objects.filter(run_id=self.s.run_id)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+            or 0,
+        ).count()
 
     # --- limits and handoffs ------------------------------------------------------------
     def check_limits(self) -> None:

@@ -12,7 +12,7 @@ import mimetypes
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -48,6 +48,7 @@ from agents.models import (
     Session,
     SessionStatus,
 )
+from agents.runtime.call_pool import CallPool
 from agents.runtime.conversation import Conversation
 from agents.snapshots import SnapshotResult
 
@@ -57,14 +58,14 @@ MODEL_RENEW_MAX_SECONDS = 5.0
 T = TypeVar("T")
 
 
-_POOL: ThreadPoolExecutor | None = None
+_POOL: CallPool | None = None
 _POOL_LOCK = threading.Lock()
 
 
-_MODEL_POOL: ThreadPoolExecutor | None = None
+_MODEL_POOL: CallPool | None = None
 
 
-def _model_pool() -> ThreadPoolExecutor:
+def _model_pool() -> CallPool:
     """The process's threads for model calls (Slice.call_model), made on first use. A call the
     slice stopped waiting for (its run was cancelled) keeps its thread until the API answers."""
     global _MODEL_POOL
@@ -72,18 +73,16 @@ def _model_pool() -> ThreadPoolExecutor:
         if _MODEL_POOL is None:
             # As many as the worker threads that may wait on one (SHIFTLOG_MODEL_THREADS): a
             # smaller pool made the 65th waiting slice wait for another's call first.
-            _MODEL_POOL = ThreadPoolExecutor(
-                max_workers=settings.SHIFTLOG["MODEL_THREADS"], thread_name_prefix="shiftlog-model"
-            )
+            _MODEL_POOL = CallPool(settings.SHIFTLOG["MODEL_THREADS"], "shiftlog-model")
         return _MODEL_POOL
 
 
-def _deferred_pool() -> ThreadPoolExecutor:
+def _deferred_pool() -> CallPool:
     """The process's threads for deferred work (Slice.defer), made on first use."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shiftlog-deferred")
+            _POOL = CallPool(16, "shiftlog-deferred")
         return _POOL
 
 
@@ -344,9 +343,10 @@ class Slice:
     # --- status -------------------------------------------------------------------------
     def transition(
         self, target: str, *, reason: str = "", expect: set[str] | None = None, cause: str = ""
-    ) -> None:
-        """A status change caused by this worker, checked against its lease."""
-        lifecycle.transition(
+    ) -> Run:
+        """A status change caused by this worker, checked against its lease: the run as it
+        left it."""
+        moved = lifecycle.transition(
             self.run_id,
             target,
             actor=self.owner,
@@ -357,6 +357,11 @@ class Slice:
             lease_owner=self.owner,
         )
         self.status = target
+        if moved.last_seq == self.known_seq:
+            # Its run.status event came right after what this slice had read (the row was
+            # locked from before the append): nothing of others' to read back at the next append.
+            self.known_seq += 1
+        return moved
 
     def pause_at_limit(self, why: str) -> NoReturn:
         """A limit of the run was reached (what it may ask, say): it pauses with the reason, and
@@ -372,7 +377,9 @@ class Slice:
 
     def run_checks(self, commands: list[str], **options: Any) -> list[dict[str, Any]]:
         """Run check commands as the harness does: in this slice's sandbox, with its limits and
-        toolchain, stopping when the run is cancelled (done_conditions.run_checks)."""
+        toolchain, stopping when the run is cancelled (done_conditions.run_checks). No
+        database connection is held while they run (a check may take minutes)."""
+        dbconn.release()
         return done_conditions.run_checks(
             commands,
             self.workspace,
@@ -414,10 +421,10 @@ class Slice:
         A provider that answers at once (`instant`) is called here."""
         if getattr(self.provider, "instant", False):
             return call()
-        future = _model_pool().submit(call)
         # No database connection is held while the model answers (seconds to minutes): a
         # pooled one goes back to the pool now and after each renewal.
         dbconn.release()
+        future = _model_pool().submit(call)
         # A third of the lease, at most 5 s: hundreds of slices waiting at once each renewing
         # every second cost more of the process's CPU than their steps (issue 32's 300 threads).
         every = max(0.2, min(MODEL_RENEW_MAX_SECONDS, settings.SHIFTLOG["LEASE_SECONDS"] / 3))
@@ -448,6 +455,7 @@ class Slice:
             session_id=self.session_id,
             actor=self.owner,
             lease_owner=self.owner,
+            run=self.run,
         )
         self.file_changes = 0
         self.workspace_bytes = checkpoint.bytes_total

@@ -132,12 +132,15 @@ class Turns:
         )
         with transaction.atomic():
             appended = eventlog.append_many(
-                s.run_id, new, lease_owner=s.owner, increments=increments
+                s.run_id,
+                new,
+                lease_owner=s.owner,
+                increments=increments,
+                session_usage=(s.session.pk, context_tokens),
             )
             if priced.source == "fallback" and not s.run.cost_estimated:
                 Run.objects.filter(pk=s.run_id).update(cost_estimated=True)
                 s.run.cost_estimated = True
-            eventlog.add_to_session(s.session.pk, increments, last_input_tokens=context_tokens)
         for name, value in increments.items():
             setattr(s.run, name, getattr(s.run, name) + value)
             setattr(s.session, name, getattr(s.session, name) + value)
