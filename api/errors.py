@@ -79,6 +79,8 @@ def install(api) -> None:
     on(PermissionDenied, lambda e: 403, lambda e: str(e) or "not allowed")
     on(RequestDataTooBig, lambda e: 413, lambda e: "the request body is too large")
     on(external.ExternalError, lambda e: e.status, str)
+    # Which rewind the agent has to take in first (it reads its context again).
+    on(external.RewoundError, lambda e: e.status, str, rewound=lambda e: e.rewound)
     on(approvals.NotAllowed, lambda e: 403, str)
     on(approvals.ApprovalError, lambda e: 409, str)
     on(services.RunError, lambda e: 422 if getattr(e, "field", None) else 409, str)

@@ -83,6 +83,8 @@ def run(
         else None,
         "url": r.get_absolute_url(),
         "project": r.project,
+        "slack_channel": r.slack_channel,
+        "slack_news": r.slack_news,
         "schedule": r.schedule_id,
         "trigger": r.trigger_id,
         "wake_at": r.wake_at,

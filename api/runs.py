@@ -8,7 +8,7 @@ from django.db.models import Q
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from agents import access, checkpoints, pages, rewinds, services
+from agents import access, checkpoints, pages, reach, rewinds, services
 from agents.inputs import MAX_BIG_INT, InputError
 from agents.models import Checkpoint, Run, RunStatus
 from agents.runspec import RunSpec
@@ -28,6 +28,7 @@ from api.schemas import (
     RunCreate,
     RunOut,
     RunPage,
+    RunSlack,
     Seq,
 )
 
@@ -124,6 +125,22 @@ def resume(request, run_id: PathId, body: Resume):
 def cancel(request, run_id: PathId, body: Reason):
     controlled_run(request, run_id)
     services.cancel_run(run_id, actor=actor(request), reason=body.reason)
+    return _fresh(run_id)
+
+
+@router.post("/runs/{run_id}/slack", response=RunOut, summary="Change a run's Slack settings")
+def slack(request, run_id: PathId, body: RunSlack):
+    """Where the run's Slack messages go and which run news it posts; its project's for what
+    it leaves unset (agents/reach.py)."""
+    run = controlled_run(request, run_id)
+    given = body.model_fields_set
+    news = body.slack_news if body.slack_news is not None else "project"
+    reach.set_run_slack(
+        run,
+        channel=body.slack_channel if "slack_channel" in given else None,
+        news=news if "slack_news" in given else None,
+        actor=actor(request),
+    )
     return _fresh(run_id)
 
 

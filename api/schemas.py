@@ -68,6 +68,13 @@ class RunCreate(In):
     tool_policy: Annotated[list[dict[str, Any]], Field(max_length=200)] = []
     approval_timeout_seconds: Count | None = None
     webhook_urls: Annotated[list[Line], Field(max_length=20)] = []
+    # Slack (agents/reach.py): the run's own channel (an id C… or #name; "" its project's), and
+    # which run news it posts: some of ended, paused, budget; [] or ["off"] for none; null (not
+    # given) for its project's switches.
+    slack_channel: Annotated[str, Field(max_length=80)] = ""
+    slack_news: (
+        Annotated[list[Annotated[str, Field(max_length=20)]], Field(max_length=3)] | None
+    ) = None
     protected_paths: Annotated[list[Line], Field(max_length=200)] = []
     protected_action: Literal["deny", "ask"] = "deny"
     acceptance: Annotated[list[Criterion], Field(max_length=50)] = []
@@ -81,6 +88,16 @@ class RunCreate(In):
     # requirements file on the server to build one from.
     environment: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
     requirements: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
+
+
+class RunSlack(In):
+    """A run's own Slack settings, changed: a field left out stays as it is; slack_channel ""
+    and slack_news null go back to the project's."""
+
+    slack_channel: Annotated[str, Field(max_length=80)] | None = None
+    slack_news: (
+        Annotated[list[Annotated[str, Field(max_length=20)]], Field(max_length=3)] | None
+    ) = None
 
 
 class TokensOut(Schema):
@@ -125,6 +142,9 @@ class RunOut(Schema):
     forked_from: dict[str, Any] | None
     url: str
     project: str = ""
+    # The run's own Slack settings ("" / null: its project's; [] for no run news).
+    slack_channel: str = ""
+    slack_news: list[str] | None = None
     schedule: int | None = None
     trigger: int | None = None
     wake_at: datetime | None = None

@@ -18,8 +18,7 @@ import pytest
 from agents.models import Approval
 from tests.e2e.helpers import serve_env
 from tests.helpers import user_with
-from tests.procs import BASE_DIR, Procs, dying_with_us
-from tests.test_serve import free_port
+from tests.procs import BASE_DIR, Procs, dying_with_us, free_port
 
 CLAUDE_VERSION = "2.1.328"
 CLAUDE = (

@@ -76,6 +76,13 @@ def propose(api, run_id: int, tool: str, tool_input: dict, **extra) -> dict:
     return r.json()
 
 
+def upload(api, run_id: int, files: dict[str, bytes]):
+    """The agent's folder (`files`) uploaded as the run's workspace: the response."""
+    return api.put(
+        f"/api/v1/runs/{run_id}/workspace", tarball(files), content_type="application/gzip"
+    )
+
+
 def withdraw(api, answer: dict) -> None:
     """Take back a call that asks (the run waits on it otherwise, and refuses other calls)."""
     r = api.post(f"/api/v1/tool-calls/{answer['id']}/withdraw")
@@ -289,18 +296,10 @@ def test_a_rewind_is_told_to_the_agent_by_the_checkpoints_number(api, person):
     # Another run's checkpoints first, so that ids and numbers differ.
     other = make_external(api)
     for i in range(3):
-        api.put(
-            f"/api/v1/runs/{other}/workspace",
-            tarball({"f": str(i).encode()}),
-            content_type="application/gzip",
-        )
+        upload(api, other, {"f": str(i).encode()})
     run_id = make_external(bearer(person, "read", "write", agent="claude-1"))
     api.get(f"/api/v1/runs/{run_id}/context")
-    api.put(
-        f"/api/v1/runs/{run_id}/workspace",
-        tarball({"a.txt": b"1"}),
-        content_type="application/gzip",
-    )
+    upload(api, run_id, {"a.txt": b"1"})
     target = Checkpoint.objects.filter(run_id=run_id, kind="upload").get()
     assert target.pk != target.number
     waiting = propose(api, run_id, "Bash", {"command": "rm -rf build"})
@@ -325,6 +324,50 @@ def test_a_rewind_is_told_to_the_agent_by_the_checkpoints_number(api, person):
     # Read again from the rewound state: the agent goes on.
     assert propose(api, run_id, "Bash", {"command": "ls"})["decision"] == "allow"
     assert api.post(f"/api/v1/runs/{run_id}/heartbeat").json()["rewound"] is None
+
+
+def test_an_agent_that_missed_a_rewind_cannot_carry_its_old_work_over_it(api, person):
+    """Between a rewind and the agent reading its context again, what would put the undone
+    work back (its folder uploaded, a handoff from it, a finish checked on it) is refused with
+    the rewind, and changes nothing; once the agent has read its context, each works."""
+    run_id = make_external(api)
+    api.get(f"/api/v1/runs/{run_id}/context")
+    upload(api, run_id, {"a.txt": b"before"})
+    target = Checkpoint.objects.filter(run_id=run_id, kind="upload").get()
+    upload(api, run_id, {"a.txt": b"undone", "notes.txt": b"undone"})
+    rewinds.rewind(run_id, target.pk, actor="user:dev", note="not that way")
+    run = Run.objects.get(pk=run_id)
+    workspace, last_seq = run.workspace_path, run.last_seq
+    checkpoints = Checkpoint.objects.filter(run_id=run_id).count()
+    wanted = {"checkpoint": target.number, "by": "user:dev", "note": "not that way"}
+
+    refused = [
+        upload(api, run_id, {"a.txt": b"undone", "notes.txt": b"undone"}),
+        api.post(
+            f"/api/v1/runs/{run_id}/handoff",
+            {"summary": "went on from the undone work"},
+            content_type="application/json",
+        ),
+        api.post(
+            f"/api/v1/runs/{run_id}/finish", {"summary": "done"}, content_type="application/json"
+        ),
+    ]
+    for r in refused:
+        assert r.status_code == 409, r.content
+        body = r.json()
+        assert body["rewound"] == wanted, body
+        assert f"rewound to checkpoint {target.number} by user:dev" in body["detail"], body
+    assert (workspace / "a.txt").read_text() == "before"
+    assert not (workspace / "notes.txt").exists()
+    assert Checkpoint.objects.filter(run_id=run_id).count() == checkpoints
+    assert Run.objects.get(pk=run_id).last_seq == last_seq  # nothing logged
+    assert not ExternalCall.objects.filter(run_id=run_id, tool="finish").exists()
+
+    # The agent reads its context (it is told of the rewind there), restores, and goes on.
+    assert api.get(f"/api/v1/runs/{run_id}/context").json()["rewound"] == wanted
+    again = upload(api, run_id, {"a.txt": b"the other way"})
+    assert again.status_code == 201, again.content
+    assert (workspace / "a.txt").read_text() == "the other way"
 
 
 def test_pause_and_cancel_are_in_every_answer(api):

@@ -22,8 +22,7 @@ from agents.runspec import RunSpec
 from api.models import ApiToken
 from tests.claude_stage import CHECKS, Stage, _why_not, text, tool_use
 from tests.e2e.helpers import CHROMIUM, log_in, serve_env, wait_http
-from tests.procs import Procs
-from tests.test_serve import free_port
+from tests.procs import Procs, free_port
 
 pytestmark = [
     pytest.mark.slow,

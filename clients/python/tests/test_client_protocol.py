@@ -21,6 +21,7 @@ from shiftlog_client import (
     Invalid,
     NotFound,
     RateLimited,
+    Rewound,
     Run,
     ShiftlogError,
     TooLarge,
@@ -224,10 +225,39 @@ def test_run_actions(make_client):
     ]
 
 
+def test_set_run_slack_sends_only_what_changes(make_client):
+    client, rec = make_client(ok(run_json()), ok(run_json()), ok(run_json()))
+    client.set_run_slack(3, channel="#ops", news=["ended", "budget"])
+    client.set_run_slack(3, news=[])
+    client.set_run_slack(3, channel="", news="project")
+    assert [r.url.path for r in rec.requests] == ["/api/v1/runs/3/slack"] * 3
+    assert [json.loads(b) for b in rec.bodies] == [
+        {"slack_channel": "#ops", "slack_news": ["ended", "budget"]},
+        {"slack_news": []},
+        {"slack_channel": "", "slack_news": None},
+    ]
+
+
 def test_a_conflict_on_resuming_a_running_run(make_client):
     client, _ = make_client(problem(409, "Conflict", "run 3 is running"))
     with pytest.raises(Conflict, match="running"):
         client.resume_run(3)
+
+
+def test_a_rewind_the_agent_missed_is_its_own_conflict(make_client):
+    """An upload, handoff or finish refused because a person rewound the run: a Rewound (a
+    Conflict) naming the rewind, so an agent knows to read its context and restore first."""
+    rewind = {"checkpoint": 2, "by": "user:dev", "note": "not that way"}
+    client, _ = make_client(
+        problem(409, "Conflict", "the run was rewound to checkpoint 2", rewound=rewind),
+        problem(409, "Conflict", "run 3 is running", rewound=None),
+    )
+    with pytest.raises(Rewound) as info:
+        client.handoff(3, "went on")
+    assert isinstance(info.value, Conflict) and info.value.rewound == rewind
+    with pytest.raises(Conflict) as other:
+        client.handoff(3, "went on")
+    assert type(other.value) is Conflict
 
 
 def test_rewind_dry_run_and_a_queued_rewind(make_client):

@@ -233,6 +233,15 @@ class AsyncClient:
     async def cancel_run(self, run_id: int, reason: str = "") -> Run:
         return await self._send(ops.run_action(run_id, "cancel", {"reason": reason}))
 
+    async def set_run_slack(
+        self,
+        run_id: int,
+        *,
+        channel: str | None = None,
+        news: list[str] | str | None = None,
+    ) -> Run:
+        return await self._send(ops.set_run_slack(run_id, channel, news))
+
     async def note_run(self, run_id: int, text: str) -> int:
         return await self._send(ops.note_run(run_id, text))
 

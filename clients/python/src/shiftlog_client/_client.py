@@ -238,6 +238,18 @@ class Client:
     def cancel_run(self, run_id: int, reason: str = "") -> Run:
         return self._send(ops.run_action(run_id, "cancel", {"reason": reason}))
 
+    def set_run_slack(
+        self,
+        run_id: int,
+        *,
+        channel: str | None = None,
+        news: list[str] | str | None = None,
+    ) -> Run:
+        """The run's own Slack settings: `channel` (a channel id or #name; "" for its
+        project's), `news` (some of "ended", "paused", "budget"; [] for none; "project" for its
+        project's). None leaves a setting as it is."""
+        return self._send(ops.set_run_slack(run_id, channel, news))
+
     def note_run(self, run_id: int, text: str) -> int:
         """A note the agent reads at its next turn; returns the note event's seq."""
         return self._send(ops.note_run(run_id, text))

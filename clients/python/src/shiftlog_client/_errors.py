@@ -43,6 +43,16 @@ class Conflict(ShiftlogError):
     """409: the run's state forbids the act (resume a running run, decide a decided approval)."""
 
 
+class Rewound(Conflict):
+    """409: a person rewound the run and the agent has not taken it in: it reads the run's
+    context again (and restores its folder from the checkpoint) before it uploads, hands off
+    or finishes. `rewound` is the rewind: `{"checkpoint", "by", "note"}`."""
+
+    def __init__(self, status: int, title: str, detail: str, body: Any = None) -> None:
+        super().__init__(status, title, detail, body)
+        self.rewound: dict[str, Any] = body["rewound"]
+
+
 class Invalid(ShiftlogError):
     """422 or 400: the request was malformed; `errors` names the fields."""
 
@@ -105,5 +115,7 @@ def error_from_response(response: httpx.Response) -> ShiftlogError:
         detail = str(body)[:500]
     if status == 429:
         return RateLimited(status, title, detail, body, retry_after_seconds(response))
+    if status == 409 and isinstance(body, dict) and isinstance(body.get("rewound"), dict):
+        return Rewound(status, title, detail, body)
     cls = _CLASSES.get(status, ShiftlogError)
     return cls(status, title, detail, body)

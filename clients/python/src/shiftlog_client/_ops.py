@@ -60,6 +60,8 @@ class RunSpec(TypedDict, total=False):
     tool_policy: list[dict[str, Any]]
     approval_timeout_seconds: int
     webhook_urls: list[str]
+    slack_channel: str  # a channel id (C…) or #name; "" for the project's
+    slack_news: list[str] | None  # some of ended, paused, budget; [] for none; None: project's
     protected_paths: list[str]
     protected_action: Literal["deny", "ask"]
     acceptance: list[dict[str, Any]]
@@ -120,6 +122,17 @@ def create_run(goal: str, spec: RunSpec) -> Call[Run]:
 
 def get_run(run_id: int) -> Call[Run]:
     return Call("GET", f"{PREFIX}/runs/{int(run_id)}", lambda r: Run.from_json(r.json()))
+
+
+def set_run_slack(run_id: int, channel: str | None, news: list[str] | str | None) -> Call[Run]:
+    """POST /runs/{id}/slack: a field left None stays; channel "" and news "project" go back to
+    the project's."""
+    body: dict[str, Any] = {}
+    if channel is not None:
+        body["slack_channel"] = channel
+    if news is not None:
+        body["slack_news"] = None if news == "project" else list(news)
+    return run_action(run_id, "slack", body)
 
 
 def run_action(run_id: int, action: str, body: dict[str, Any]) -> Call[Run]:

@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from ._client import Client
-from ._errors import ShiftlogError
+from ._errors import Rewound, ShiftlogError
 
 STOPPED = frozenset({"paused", "cancelled", "failed", "succeeded"})
 PRE_TOOL_TIMEOUT = 24 * 3600  # seconds a PreToolUse hook may wait for a person
 POLL_WAIT = 50.0
+REWIND_WAIT = 300.0  # seconds the driver waits for a rewind under way (the run is paused)
 OUTPUT_LIMIT = 200_000
 # What is never uploaded: version control's own folder and caches.
 SKIP = frozenset({".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".venv", "node_modules"})
@@ -101,6 +102,13 @@ def _stop_call(reason: str, state: dict[str, Any], **flags: Any) -> dict[str, An
     }
 
 
+def _why_rewound(rewind: dict[str, Any]) -> str:
+    return (
+        f"Shiftlog: the run was rewound to checkpoint {rewind.get('checkpoint')} by "
+        f"{rewind.get('by')}; the session ends and the next starts from there"
+    )
+
+
 def _why_stopped(status: str, reason: str = "") -> str:
     return f"Shiftlog: the run is {status.replace('_', ' ')}" + (f" ({reason})" if reason else "")
 
@@ -124,12 +132,7 @@ def _pre_tool(client: Client, state: dict[str, Any], event: dict[str, Any]) -> d
         client.heartbeat(run_id)
         decision = client.get_tool_call(decision.id, wait=POLL_WAIT)
     if decision.rewound:
-        return _stop_call(
-            f"Shiftlog: the run was rewound to checkpoint {decision.rewound.get('checkpoint')} "
-            f"by {decision.rewound.get('by')}; the session ends and the next starts from there",
-            state,
-            rewound=True,
-        )
+        return _stop_call(_why_rewound(decision.rewound), state, rewound=True)
     if decision.allowed:
         out: dict[str, Any] = {"hookEventName": "PreToolUse", "permissionDecision": "allow"}
         if decision.input is not None and decision.input != event.get("tool_input"):
@@ -262,6 +265,9 @@ def hook(state_path: str) -> int:
                 )
             else:
                 answer = {}
+    except Rewound as e:  # the work since the rewind is undone: this session ends here
+        stop = _stop_call if name == "PreToolUse" else _stop
+        answer = stop(_why_rewound(e.rewound), state, rewound=True)
     except Exception as e:  # never let a call through on a failure: block it and say why
         print(f"shiftlog-claude: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
@@ -403,6 +409,17 @@ def _watch(proc: subprocess.Popen, state: State) -> str:
     return "".join(chunks)
 
 
+def _settled(client: Client, run_id: int):
+    """The run, once a rewind under way is over: a rewind pauses the run while it restores the
+    workspace, and the agent goes on from the checkpoint, not from a pause."""
+    deadline = time.monotonic() + REWIND_WAIT
+    run = client.get_run(run_id)
+    while run.status == "paused" and run.pause_cause == "rewind" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = client.get_run(run_id)
+    return run
+
+
 def _sessions(
     client: Client,
     args: argparse.Namespace,
@@ -446,7 +463,7 @@ def _sessions(
         with contextlib.suppress(ValueError):
             result = json.loads(out or "{}")
         _sync_usage(client, state, state.read().get("transcript"))
-        status = client.get_run(run_id).status
+        status = _settled(client, run_id).status
         if status in STOPPED:
             break
         with state.locked() as data:
@@ -458,9 +475,16 @@ def _sessions(
             continue  # the next session starts from the checkpoint, not from a handoff
         # The context window ended without the checks passing: hand off to a new session.
         last = str(result.get("result") or "").strip()
-        upload(client, run_id, root)
-        with contextlib.suppress(ShiftlogError):
+        try:  # rewound meanwhile: the folder is not uploaded over it; the next loop restores it
+            upload(client, run_id, root)
+        except Rewound:
+            continue
+        try:
             client.handoff(run_id, (last or "the session ended before the checks passed")[:50_000])
+        except Rewound:
+            continue
+        except ShiftlogError as e:
+            print(f"shiftlog-claude: the handoff was not recorded: {e}", file=sys.stderr)
     run = client.get_run(run_id)
     why = f" ({run.status_reason})" if run.status_reason else ""
     print(f"shiftlog-claude: run {run_id} is {run.status}{why}", file=sys.stderr)
