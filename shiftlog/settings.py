@@ -597,6 +597,8 @@ SHIFTLOG = {
     "SLACK_API_URL": env_str("SHIFTLOG_SLACK_API_URL", "https://slack.com/api/"),
     "SLACK_ATTEMPTS": int(env_number("SHIFTLOG_SLACK_ATTEMPTS", 5)),
     "SLACK_BACKOFF_SECONDS": env_number("SHIFTLOG_SLACK_BACKOFF", 2.0, float),
+    # How long the "Link to NAME" button a person has the bot send them works (once).
+    "SLACK_LINK_SECONDS": int(env_number("SHIFTLOG_SLACK_LINK_SECONDS", 900)),
     # Mail (agents/mail.py) to the people who opted in, through Django's email backend (EMAIL_*):
     # one-time links valid this long; more than DIGEST_AFTER approval mails to one person within
     # DIGEST_SECONDS and the rest wait for one digest.

@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from agents import money, policy
+from agents import money, policy, reach
 from dashboard import cards, markup, stream
 
 register = template.Library()
@@ -38,6 +38,11 @@ def similar_words(approval) -> str:
 @register.filter
 def edit_value(approval) -> str:
     return cards.edit_value(approval)
+
+
+@register.filter
+def slack_news_words(run) -> str:
+    return reach.news_words(run)
 
 
 @register.filter
