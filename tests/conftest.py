@@ -8,7 +8,8 @@ from django.contrib.auth import get_user_model
 from agents import services
 
 # The helpers the fixtures below use (tests import helpers from tests/helpers.py).
-from tests.helpers import FAKE_API_KEY, drive_until_idle, user_with
+from tests.e2e.helpers import serving
+from tests.helpers import FAKE_API_KEY, drive_until_idle, issue_token, user_with
 
 
 @pytest.fixture
@@ -173,3 +174,44 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__.rpartition(".")[2] in ANY_DATABASE:
             item.add_marker(pytest.mark.any_db)
+
+
+@pytest.fixture(scope="module")
+def fake_slack():
+    """A fake Slack Web API over real HTTP (tests/fake_slack.py), for a test module."""
+    from tests.fake_slack import FakeSlack
+
+    with FakeSlack() as fake:
+        yield fake
+
+
+@pytest.fixture
+def slack(settings, fake_slack, django_capture_on_commit_callbacks):
+    """Slack set up against the fake (its calls forgotten), mail off, the queue drained."""
+    from tests.fake_slack import SECRET, TOKEN
+    from tests.helpers import drain
+
+    settings.SHIFTLOG = {
+        **settings.SHIFTLOG,
+        "SLACK_BOT_TOKEN": TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_CHANNEL": "C0DEFAULT",
+        "SLACK_API_URL": fake_slack.base_url,
+        "SLACK_BACKOFF_SECONDS": 0.0,
+        "MAIL_NOTIFICATIONS": False,
+    }
+    drain()  # what an earlier test left queued goes to the fake, and is forgotten
+    fake_slack.reset()
+    return fake_slack
+
+
+@pytest.fixture
+def shiftlog(tmp_path):
+    """A real server, the agent's token (read, write) and a person's (read, decide): for the
+    worked examples and the framework adapters."""
+    user_with("agent")
+    user_with("boss", "decide_approval", "view_run")
+    agent_token = issue_token(tmp_path, "agent", "read,write")
+    boss_token = issue_token(tmp_path, "boss", "read,decide")
+    with serving(tmp_path) as base:
+        yield base, agent_token, boss_token

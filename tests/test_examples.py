@@ -16,43 +16,11 @@ from typing import Any
 import pytest
 
 from agents.models import Event, Run
-from tests.e2e.helpers import serving
 from tests.fake_anthropic import FakeAnthropic
-from tests.helpers import user_with
-from tests.procs import BASE_DIR, Procs, dying_with_us
+from tests.helpers import CHECKS, EXAMPLES, agent_env, text, tool_use
+from tests.procs import BASE_DIR, dying_with_us
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
-
-CLIENT_SRC = BASE_DIR / "clients" / "python" / "src"
-EXAMPLES = BASE_DIR / "examples"
-CHECKS = ["test -f done.txt", "grep -qx yes done.txt"]
-
-
-def issue_token(tmp_path, user: str, scopes: str) -> str:
-    out = Procs(tmp_path).manage("create_token", "--user", user, "--scopes", scopes)
-    return out.strip().splitlines()[-1]
-
-
-def agent_env(fake: FakeAnthropic, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTLOG_", "DJANGO_"))}
-    env.update(
-        {
-            "PYTHONPATH": str(CLIENT_SRC),
-            "PYTHONUNBUFFERED": "1",
-            "ANTHROPIC_BASE_URL": fake.base_url,
-            "ANTHROPIC_API_KEY": "sk-ant-test-not-a-key",
-            **extra,
-        }
-    )
-    return env
-
-
-def tool_use(call_id: str, name: str, **input: str) -> dict:
-    return {"type": "tool_use", "id": call_id, "name": name, "input": input}
-
-
-def text(words: str) -> dict:
-    return {"type": "text", "text": words}
 
 
 def approve_when_asked(decider, run_id: int, agent: subprocess.Popen, log: Path):
@@ -66,17 +34,6 @@ def approve_when_asked(decider, run_id: int, agent: subprocess.Popen, log: Path)
             raise AssertionError(f"the agent exited {agent.returncode}:\n{log.read_text()}")
         time.sleep(0.2)
     raise AssertionError(f"no approval came:\n{log.read_text()}")
-
-
-@pytest.fixture
-def shiftlog(tmp_path):
-    """A real server, the agent's token (read, write) and a person's (read, decide)."""
-    user_with("agent")
-    user_with("boss", "decide_approval", "view_run")
-    agent_token = issue_token(tmp_path, "agent", "read,write")
-    boss_token = issue_token(tmp_path, "boss", "read,decide")
-    with serving(tmp_path) as base:
-        yield base, agent_token, boss_token
 
 
 def test_the_plain_anthropic_loop_succeeds_after_an_approval_and_a_failed_finish(

@@ -20,11 +20,10 @@ import pytest
 
 from agents.models import Event, Run
 from tests.fake_anthropic import FakeAnthropic
+from tests.helpers import CHECKS, CLIENT_SRC, EXAMPLES, agent_env, text, tool_use
 from tests.procs import BASE_DIR, dying_with_us
-from tests.test_examples import CHECKS, CLIENT_SRC, EXAMPLES, agent_env, shiftlog, text, tool_use
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
-__all__ = ["shiftlog"]  # the fixture, shared with tests/test_examples.py
 
 RISKY = "rm -rf build"
 FIX = "rm -rf build/junk.o && echo yes > done.txt"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,9 @@ import pytest
 from agents import services
 from agents.models import Run, RunStatus
 from tests.helpers import approve_pending
-from tests.procs import process_env
+from tests.procs import free_port, process_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_status(run, status, timeout=60):

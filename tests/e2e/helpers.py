@@ -1,9 +1,11 @@
-"""What the browser tests share: the browser's flags, a real `manage.py serve` to test against,
-and the steps every test takes (log in, start the demo)."""
+"""What the browser tests share: the browser's flags and marks, a real `manage.py serve` to test
+against, the steps every test takes (log in, start the demo), and the outside world some tests
+need on loopback (an SMTP server keeping what it receives, Slack's signed callbacks)."""
 
 from __future__ import annotations
 
 import contextlib
+import email
 import os
 import re
 import signal
@@ -11,10 +13,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from email import policy
+
+import pytest
 
 from agents.models import Run
-from tests.procs import dying_with_us, process_env, wait_for
-from tests.test_serve import free_port
+from tests.procs import dying_with_us, free_port, process_env, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -25,6 +29,19 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+]
+
+
+# The marks of a browser test against a real serve: slow, UI only, a database the server shares,
+# a generous timeout, and skipped without Chromium.
+BROWSER_TEST = [
+    pytest.mark.slow,
+    pytest.mark.ui_only,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
+    ),
 ]
 
 
@@ -130,3 +147,63 @@ def serving(tmp_path, **env):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+class Mailbox:
+    """What an SMTP server on loopback (aiosmtpd) received, as email messages."""
+
+    def __init__(self) -> None:
+        self.messages: list[email.message.EmailMessage] = []
+
+    async def handle_DATA(self, server, session, envelope):  # aiosmtpd's name
+        self.messages.append(email.message_from_bytes(envelope.content, policy=policy.default))
+        return "250 OK"
+
+    def text_of(self, message) -> str:
+        return message.get_body(("plain",)).get_content()
+
+
+@contextlib.contextmanager
+def smtp_server():
+    """A real SMTP server on a free loopback port (aiosmtpd, the dev extra): yields (port,
+    Mailbox); `serving(..., **mail_env(port))` has Shiftlog mail it."""
+    from aiosmtpd.controller import Controller
+
+    mailbox = Mailbox()
+    port = free_port()
+    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield port, mailbox
+    finally:
+        controller.stop()
+
+
+def mail_env(port: int) -> dict[str, str]:
+    return {"SHIFTLOG_EMAIL_HOST": "127.0.0.1", "SHIFTLOG_EMAIL_PORT": str(port)}
+
+
+def slack_env(slack, secret: str, channel: str = "C0OPS") -> dict[str, str]:
+    """The environment that points a serve at a fake Slack (tests/fake_slack.py)."""
+    return {
+        "SHIFTLOG_SLACK_BOT_TOKEN": "xoxb-e2e",
+        "SHIFTLOG_SLACK_SIGNING_SECRET": secret,
+        "SHIFTLOG_SLACK_CHANNEL": channel,
+        "SHIFTLOG_SLACK_API_URL": slack.base_url,
+    }
+
+
+def slack_callback(base: str, payload: dict, secret: str) -> int:
+    """Send an interaction to the serve as Slack would (signed, over HTTP); its HTTP status."""
+    from tests.fake_slack import signed
+
+    request = signed(payload, secret)
+    answer = urllib.request.urlopen(
+        urllib.request.Request(
+            f"{base}/slack/interactive",
+            data=request["data"].encode(),
+            headers={"Content-Type": request["content_type"], **request["headers"]},
+        ),
+        timeout=30,
+    )
+    return answer.status
