@@ -168,6 +168,45 @@ def test_viewers_who_all_missed_a_batch_share_one_catch_up(owner):
     async_to_sync(go)()
 
 
+def test_a_run_s_last_batch_whose_render_fails_still_reaches_every_viewer(owner, monkeypatch):
+    """The fan-out's render can fail (the chaos soak: the database dropped the web process's
+    connection). A viewer reads a gap at its next event, but a run's last event has no next
+    one: the viewers read the batch from the log at once instead."""
+    from dashboard.live.consumers import LiveConsumer
+
+    run = make_run(created_by=owner)
+    start = run.last_seq
+    real, failed = LiveConsumer.rendered, []
+
+    def rendered_once_failing(self, events):
+        if not failed:
+            failed.append(events[0]["seq"])
+            raise RuntimeError("terminating connection due to administrator command")
+        return real(self, events)
+
+    monkeypatch.setattr(LiveConsumer, "rendered", rendered_once_failing)
+
+    async def go():
+        comms = [
+            WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+            for _ in range(3)
+        ]
+        for c in comms:
+            assert (await c.connect())[0]
+        await asyncio.sleep(0.3)
+        last = (await append(run.pk, "human.note", {"text": "the run's last word"})).seq
+        for c in comms:
+            html = await receive_until(c, lambda t: last in seqs(t), timeout=10)
+            assert seqs(html) == [last] and "the run&#x27;s last word" in html
+            assert await c.receive_nothing(timeout=0.2)  # once
+        assert failed == [last]
+        assert all(s.owed_upto == 0 for s in fanout.viewers.by_run[run.pk])
+        for c in comms:
+            await c.disconnect()
+
+    async_to_sync(go)()
+
+
 async def notes(run_id: int, count: int) -> int:
     last = 0
     for i in range(count):

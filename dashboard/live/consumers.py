@@ -34,6 +34,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     sees_all = False
     busy = 0  # > 0: connecting or catching up (dashboard.live.fanout sends nothing straight)
     queued_upto = 0  # the last seq dashboard.live.fanout put on this socket's channel
+    owed_upto = 0  # a batch up to this seq never reached the socket (dashboard.live.fanout.owe)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels' own, without its aclose_old_connections() before every message: that is
@@ -92,12 +93,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """A batch the fan-out could not send straight away (dashboard.live.fanout): this socket was
         catching up, had a batch queued before this one, or missed one."""
         events = [e for e in message["events"] if e["seq"] > self.last_seq]
-        if not events:
-            return  # already sent (by the catch-up, or before a reconnect)
         contiguous = all(e["seq"] == self.last_seq + 1 + i for i, e in enumerate(events))
-        if not contiguous:
+        if not contiguous or self.owed_upto > self.last_seq:
             await self._catch_up()  # a dropped message: read the gap from the database
             return
+        if not events:
+            return  # already sent (by the catch-up, or before a reconnect)
         # Viewers of one run with the same rights share one render (and one trip to the
         # database thread); the fan-out has usually rendered it already.
         # The tail of a batch a catch-up read in part is a fragment of its own.
@@ -115,6 +116,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self._events_key(events), lambda: self._render_events(events)
         )
 
+    async def run_owed(self, message: dict[str, Any]) -> None:
+        """A batch of this run never reached the socket (its render failed, or the channel was
+        full): read it from the log, unless a catch-up already has."""
+        if self.owed_upto > self.last_seq:
+            await self._catch_up()
+
     async def live_resync(self, message: dict[str, Any]) -> None:
         """The process's feed missed events (dashboard.live.fanout.resync): read them from the
         database as after a reconnect, the side panels and the lists included."""
@@ -128,6 +135,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _catch_up(self, *, always_side: bool = False, connecting: bool = False) -> None:
         self.busy += 1  # the fan-out sends nothing straight meanwhile
+        owed = self.owed_upto  # what was owed before this read began, it covers
         try:
             while True:
                 # Sockets of the run at the same seq with the same rights (a hundred that all
@@ -145,6 +153,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 self.last_seq = max(self.last_seq, last)
                 always_side = False
                 if count < CATCH_UP_CHUNK:
+                    if self.owed_upto == owed:
+                        self.owed_upto = 0
                     return
         finally:
             self.busy -= 1

@@ -52,6 +52,7 @@ class Socket(Protocol):
     last_seq: int
     busy: int  # > 0 while connecting or catching up from the database
     queued_upto: int  # the last seq of the batches put on its channel
+    owed_upto: int  # a batch up to this seq never reached it: it reads the log (0: none owed)
 
     def rendered(self, events: list[dict[str, Any]]) -> str: ...
 
@@ -101,8 +102,10 @@ async def publish(layer, rows: list[dict[str, Any]]) -> None:
         if run_id in viewers.by_run:
             try:
                 await to_run_viewers(layer, run_id, events)
-            except Exception:  # the pages read what they missed at their next event
+            except Exception:  # the pages read what they missed from the log
                 log.exception("fanning out %d event(s) of run %s failed", len(events), run_id)
+                with contextlib.suppress(Exception):
+                    await owe(layer, viewers.by_run.get(run_id, ()), events[-1]["seq"])
         kinds = {e["kind"] for e in events}
         if kinds & ROW_KINDS:
             changed.append(
@@ -138,9 +141,17 @@ async def to_run_viewers(layer, run_id: int, events: list[dict[str, Any]]) -> No
             one_of_each.setdefault(socket.rights, socket)
     html: dict[Any, str] = {}
     if one_of_each:
-        html = await database_sync_to_async(
-            lambda: {rights: s.rendered(events) for rights, s in one_of_each.items()}
-        )()
+        try:
+            html = await database_sync_to_async(
+                lambda: {rights: s.rendered(events) for rights, s in one_of_each.items()}
+            )()
+        except Exception:
+            # The render failed (the database dropped its connection, say). A page reads a gap
+            # at its next event, but a run's last events have no next one (found by the chaos
+            # soak): every viewer of the run reads the batch from the log on its own channel.
+            log.exception("rendering %d event(s) of run %s failed", len(events), run_id)
+            await owe(layer, viewers.by_run.get(run_id, ()), last)
+            return
     viewers.stats["batches"] += 1
     viewers.stats["events"] += len(events)
     # Decided again after the render: a socket may have started a catch-up meanwhile.
@@ -158,10 +169,21 @@ async def to_run_viewers(layer, run_id: int, events: list[dict[str, Any]]) -> No
         else:  # behind, ahead of a gap, or busy: its own channel
             try:
                 await layer.send(socket.channel_name, {"type": "run.events", "events": events})
-            except ChannelFull:  # far behind: it reads the gap at its next batch
+            except ChannelFull:  # far behind: it reads the gap once it has taken what waits
+                socket.owed_upto = max(socket.owed_upto, last)
                 continue
             socket.queued_upto = last
             viewers.stats["queued"] += 1
+
+
+async def owe(layer, sockets, last: int) -> None:
+    """These sockets missed a batch up to `last`: each reads it from the log on its own channel
+    (or, if that is full, once it has taken what waits there)."""
+    viewers.stats["owed"] += 1
+    for socket in list(sockets):
+        socket.owed_upto = max(socket.owed_upto, last)
+        with contextlib.suppress(ChannelFull):
+            await layer.send(socket.channel_name, {"type": "run.owed"})
 
 
 def ready(socket: Socket, first: int) -> bool:
@@ -188,8 +210,11 @@ async def resync(layer) -> None:
     lists), as after a reconnect."""
     viewers.stats["resyncs"] += 1
     for socket in list(viewers.pages):
-        with contextlib.suppress(ChannelFull):  # far behind: it catches up at its next batch
+        try:
             await layer.send(socket.channel_name, {"type": "live.resync"})
+        except ChannelFull:  # far behind: it reads the log once it has taken what waits
+            if socket.run_id is not None:
+                socket.owed_upto = max(socket.owed_upto, socket.last_seq + 1)
 
 
 def backlog(layer) -> int:
