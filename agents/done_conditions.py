@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 import shutil
 import tempfile
@@ -10,6 +11,21 @@ from typing import Any
 
 from agents import sandbox, suite_guard
 from agents.models import Event, Run
+
+
+class NoRoomForChecks(OSError):
+    """A check was stopped because the disk's free space fell below what is kept for the
+    database: the host's state, not a verdict on the work. The run pauses for space (as for any
+    full disk) and the checks run again when it is resumed (found by bench/chaos.py: a run
+    failed its `true` while the disk was full, and its agent was sent back to finished work)."""
+
+    def __init__(self, command: str, where: str) -> None:
+        super().__init__(
+            errno.ENOSPC,
+            f"the disk's free space fell below what is kept for the database while the check "
+            f"`{command}` ran",
+            where,
+        )
 
 
 def run_checks(
@@ -55,6 +71,8 @@ def run_checks(
                 else None,
                 writable=[report_dir] if report_dir else (),
             )
+            if "disk_free" in r.exceeded:
+                raise NoRoomForChecks(command, str(workspace.path))
             result = {
                 "command": command,
                 "exit_code": r.exit_code,

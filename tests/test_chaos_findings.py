@@ -239,12 +239,18 @@ def test_a_full_disk_during_a_checkpoint_pauses_the_run_with_the_reason_and_lose
         ]
     )
 
-    def full(self, *args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", str(self.store.root))
+    def full(real):
+        def add(self, *args, **kwargs):
+            if not (run.workspace_path / "a.txt").exists():  # the start's checkpoint goes in
+                return real(self, *args, **kwargs)  # (the test's blob store may be empty)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.store.root))
 
-    # A checkpoint writes its blobs in a batch: every new blob's first write fails.
-    monkeypatch.setattr(Batch, "add", full)
-    monkeypatch.setattr(Batch, "add_file", full)
+        return add
+
+    # A checkpoint writes its blobs in a batch: once the tool has written, every new blob's
+    # first write fails.
+    monkeypatch.setattr(Batch, "add", full(Batch.add))
+    monkeypatch.setattr(Batch, "add_file", full(Batch.add_file))
     outcome = drive(run.pk)
     run.refresh_from_db()
     assert outcome.status == RunStatus.PAUSED == run.status
@@ -369,3 +375,65 @@ def test_a_worker_that_dies_as_the_finished_session_ends_leaves_the_finish_to_do
     assert run.status == RunStatus.SUCCEEDED, run.status_reason
     assert run.events.filter(kind="check.result", payload__at="finish").count() == 2
     assert run.events.filter(kind="tool.result", payload__name="finish").count() == 1
+
+
+def test_a_check_stopped_because_the_disk_is_full_pauses_the_run_instead_of_failing_it(settings):
+    """Found by bench/chaos.py: while the disk was full, the disk watch stopped a finish's check
+    (`true`) for the free space kept for the database; it was recorded as failing, and the agent
+    was sent back to finished work (its script ran out, so the run failed). A check stopped for
+    the host's disk is no verdict on the work: the run pauses for space, says why, records no
+    check result, and the checks run again when it is resumed."""
+    from agents.runtime.loop import drive
+    from tests.helpers import finish_turn, make_run
+
+    free_mb = settings.SHIFTLOG["MIN_FREE_MB"]
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": 1 << 40}  # no disk has that free
+    run = make_run(turns=[finish_turn()])
+    outcome = drive(run.pk)
+    run.refresh_from_db()
+    assert outcome.status == RunStatus.PAUSED == run.status, run.status_reason
+    assert run.status_reason.startswith("the disk is full (")
+    assert "while the check `true` ran; resume the run once there is room" in run.status_reason
+    assert run.pause_cause == "disk_full"
+    assert not run.events.filter(kind="check.result").exists()
+
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": free_mb}  # room again
+    services.resume_run(run.pk, actor="user:olivia")
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert run.sessions.count() == 1  # the agent was not asked again
+    assert run.events.filter(kind="tool.call", payload__name="finish").count() == 1
+    passed = run.events.filter(kind="check.result").values_list("payload__passed", flat=True)
+    assert list(passed) == [True]
+
+
+def test_an_external_agent_s_finish_stopped_by_a_full_disk_pauses_the_run_and_says_why(
+    settings, django_capture_on_commit_callbacks
+):
+    """The same for an external agent: its finish is answered "the checks did not run" with the
+    reason, the run pauses for space, and a finish after the resume passes."""
+    from tests.helpers import user_with
+    from tests.test_api_external import bearer, finish, make_external, tarball
+
+    api = bearer(user_with("agent", "decide_approval"), "read", "write")
+    run_id = make_external(api)
+    api.put(
+        f"/api/v1/runs/{run_id}/workspace",
+        tarball({"done.txt": "yes"}),
+        content_type="application/gzip",
+    )
+    free_mb = settings.SHIFTLOG["MIN_FREE_MB"]
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": 1 << 40}
+    verdict = finish(api, run_id)
+    assert verdict["passed"] is False, verdict
+    assert verdict["summary"].startswith("The checks did not run"), verdict
+    assert "the disk is full" in verdict["summary"] and verdict["checks"] == []
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.PAUSED and run.pause_cause == "disk_full", run.status_reason
+    assert not run.events.filter(kind="check.result").exists()
+
+    settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": free_mb}
+    services.resume_run(run_id, actor="user:olivia")
+    assert api.get(f"/api/v1/runs/{run_id}/context").status_code == 200
+    verdict = finish(api, run_id)
+    assert verdict["passed"] is True and verdict["run_status"] == "succeeded", verdict

@@ -9,9 +9,18 @@ from contextlib import suppress
 from typing import Any
 
 from agents import eventlog, jobs, sandbox
-from agents.models import Event, EventKind, ExternalCall, ExternalCallDecision, Run, RunStatus
+from agents.models import (
+    Event,
+    EventKind,
+    ExternalCall,
+    ExternalCallDecision,
+    PauseCause,
+    Run,
+    RunStatus,
+)
 from agents.runtime.calls import call_event
 from agents.runtime.external import ExternalError, _driving, _external, status_of
+from agents.runtime.loop import DISK_FULL
 from agents.runtime.slice import SliceOver
 
 # How soon a finish whose run was busy (another call of its agent held the lease) tries again.
@@ -62,8 +71,22 @@ def run_finish(*, run_id: int, call_id: str, actor: str, agent: str) -> bool:
             call.refresh_from_db()
             if call.result_seq is not None:
                 return True
-            with suppress(SliceOver):
-                h.finish.finish(block)
+            try:
+                with suppress(SliceOver):
+                    h.finish.finish(block)
+            except OSError as e:
+                if e.errno not in DISK_FULL:
+                    raise
+                # As for the harness's own runs (agents/runtime/loop.py): the run waits for
+                # room; the agent is told, and calls finish again once it is resumed.
+                reason = f"the disk is full: {e.strerror}; resume the run once there is room"
+                h.s.transition(
+                    RunStatus.PAUSED,
+                    reason=reason,
+                    expect={RunStatus.VERIFYING, RunStatus.RUNNING},
+                    cause=PauseCause.DISK_FULL,
+                )
+                raise ExternalError(f"run {run_id} is paused: {reason}") from e
     except ExternalError as e:
         if "busy" in str(e):
             jobs.schedule(

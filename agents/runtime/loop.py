@@ -270,7 +270,10 @@ class Driver:
         log.warning("run %s: %s", self.run_id, reason)
         try:
             self.slice.transition(
-                RunStatus.PAUSED, reason=reason, expect={RunStatus.RUNNING}, cause=cause
+                RunStatus.PAUSED,
+                reason=reason,
+                expect={RunStatus.RUNNING, RunStatus.VERIFYING},  # checks stopped: run again
+                cause=cause,
             )
         except IllegalTransition as e:
             return SliceResult.of_status(e.current)
