@@ -437,3 +437,39 @@ def test_an_external_agent_s_finish_stopped_by_a_full_disk_pauses_the_run_and_sa
     assert api.get(f"/api/v1/runs/{run_id}/context").status_code == 200
     verdict = finish(api, run_id)
     assert verdict["passed"] is True and verdict["run_status"] == "succeeded", verdict
+
+
+def test_an_external_run_paused_while_its_passing_checks_ran_succeeds_when_resumed(
+    paused_as_the_checks_run,
+):
+    """As for the harness's own runs: an external agent's checks passed and its session ended
+    as finished, but a person paused the run meanwhile. The finish keeps its one answer (it was
+    also answered "the checks did not run"), and the resumed run is marked succeeded at the
+    agent's next call instead of opening a new session and sending the agent back to work."""
+    from tests.helpers import user_with
+    from tests.test_api_external import bearer, finish, make_external, tarball
+
+    api = bearer(user_with("agent", "decide_approval"), "read", "write")
+    run_id = make_external(api)
+    api.put(
+        f"/api/v1/runs/{run_id}/workspace",
+        tarball({"done.txt": "yes"}),
+        content_type="application/gzip",
+    )
+    verdict = finish(api, run_id)
+    assert verdict["run_status"] == "paused" and verdict["passed"] is False, verdict
+    assert [c["passed"] for c in verdict["checks"]] == [True]
+    assert "1 of 1 passed" in verdict["summary"], verdict
+    run = Run.objects.get(pk=run_id)
+    results = run.events.filter(kind="tool.result", payload__name="finish")
+    assert results.count() == 1  # one answer
+
+    paused_as_the_checks_run()  # undo: the person does not pause again
+    services.resume_run(run_id, actor="user:olivia")
+    r = api.get(f"/api/v1/runs/{run_id}/context")
+    assert r.status_code == 409 and "succeeded" in r.json()["detail"], r.content
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert "when the run was resumed" in run.status_reason
+    assert run.sessions.count() == 1  # no new session: the agent was done
+    assert run.checkpoints.filter(kind="session_end").count() == 1

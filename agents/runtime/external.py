@@ -71,6 +71,7 @@ from agents.runtime.external_driver import (  # noqa: F401 (external.X are the p
 )
 from agents.runtime.finish import Finish
 from agents.runtime.gate import Gate, GatedCall, approval_note
+from agents.runtime.loop import complete_success, finished_session
 from agents.runtime.sessions import Sessions
 from agents.runtime.slice import Slice, SliceOver
 from agents.runtime.turns import Turns
@@ -154,6 +155,15 @@ def _driving(
         turns = Turns(s, sessions)
         finish = Finish(s, sessions, turns)
         sessions.ratchet_with(finish.ratchet, baseline=finish.baseline)
+        if (finished := finished_session(run)) is not None:
+            # Its checks had passed and its session ended as finished, but the run was paused
+            # meanwhile (or the worker died before marking it): done, not sent back to work.
+            if run.status == RunStatus.QUEUED:
+                s.transition(
+                    RunStatus.RUNNING, reason="its external agent called", expect={run.status}
+                )
+            complete_success(s, sessions, finished)
+            raise ExternalError(f"run {run_id} is {status_of(run_id).replace('_', ' ')}")
         if run.status in (RunStatus.QUEUED, RunStatus.VERIFYING):
             s.transition(
                 RunStatus.RUNNING,

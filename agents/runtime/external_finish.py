@@ -98,6 +98,11 @@ def run_finish(*, run_id: int, call_id: str, actor: str, agent: str) -> bool:
                 agent=agent,
             )
             return False
+        if (told := _told(run_id, call)) is not None:
+            # The checks ran and the finish was answered, then the run moved (a person paused it
+            # as they passed): the answer stands, and the resume completes the success.
+            ExternalCall.objects.filter(pk=call.pk).update(result_seq=told)
+            return True
         # Paused, cancelled, another agent: the finish is over without checks; it says why.
         event = eventlog.append(
             run_id,
@@ -113,18 +118,23 @@ def run_finish(*, run_id: int, call_id: str, actor: str, agent: str) -> bool:
         )
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=event.seq)
         return True
-    told = (
-        Event.objects.filter(
-            run_id=run_id, seq__gt=call.called_seq or 0, kind=EventKind.TOOL_RESULT
-        )
-        .filter(payload__tool_use_id=call_id)
-        .values_list("seq", flat=True)
-        .first()
-    )
+    told = _told(run_id, call)
     ExternalCall.objects.filter(pk=call.pk).update(
         result_seq=told or Run.objects.filter(pk=run_id).values_list("last_seq", flat=True)[0]
     )
     return True
+
+
+def _told(run_id: int, call: ExternalCall) -> int | None:
+    """The seq of the finish's answer (its tool.result), if it has one."""
+    return (
+        Event.objects.filter(
+            run_id=run_id, seq__gt=call.called_seq or 0, kind=EventKind.TOOL_RESULT
+        )
+        .filter(payload__tool_use_id=call.tool_use_id)
+        .values_list("seq", flat=True)
+        .first()
+    )
 
 
 def finish_verdict(run_id: int, call_id: str) -> dict[str, Any]:

@@ -288,58 +288,10 @@ class Driver:
         return self._pause(reason, PauseCause.DISK_FULL)
 
     def _finished_before_it_died(self) -> Session | None:
-        """The session that ended as finished when the checks passed, where the run was never
-        marked succeeded: its worker died first (the run is still verifying), or a person paused
-        the run while its checks ran (it comes back queued when resumed). Both found by
-        bench/chaos.py: the agent used to be sent back to work it had finished."""
-        status = self.run_obj.status
-        if status not in (RunStatus.VERIFYING, RunStatus.QUEUED):
-            return None
-        last = Session.objects.filter(run_id=self.run_id).order_by("-index").first()
-        if last is None or last.end_reason != EndReason.FINISHED:
-            return None
-        if status == RunStatus.QUEUED:
-            # Rewound since? Then that session is on an abandoned branch and the run goes on.
-            latest = (
-                Event.objects.on_live_branch(self.run_id, Event.objects.ranges_of(self.run_obj))
-                .filter(kind__in=[EventKind.SESSION_STARTED, EventKind.SESSION_ENDED])
-                .order_by("-seq")
-                .values_list("kind", "payload")
-                .first()
-            )
-            if latest is None or latest[0] != EventKind.SESSION_ENDED:
-                return None
-            if latest[1].get("index") != last.index or latest[1].get("reason") != "finished":
-                return None
-        return last
+        return finished_session(self.run_obj)
 
     def _complete_success(self, session: Session) -> SliceResult:
-        """Its final checkpoint is of the workspace brought here first (_bring_workspace): this
-        host's copy may be an older state (found by bench/chaos.py: a worker on another host
-        recorded its stale copy, and the last session's committed write was gone)."""
-        s = self.slice
-        self.sessions.adopt(session)
-        resumed = s.status == RunStatus.RUNNING  # after a pause that came as the checks ran
-        if resumed:
-            s.transition(
-                RunStatus.VERIFYING,
-                reason="the done-conditions had passed when the run was paused; completing it",
-                expect={RunStatus.RUNNING},
-            )
-        ended = (
-            Event.objects.filter(run_id=self.run_id, kind=EventKind.SESSION_ENDED)
-            .order_by("-seq")
-            .values_list("seq", flat=True)
-            .first()
-        )
-        if not Checkpoint.objects.filter(run_id=self.run_id, seq__gt=ended or 0).exists():
-            s.checkpoint(CheckpointKind.SESSION_END, f"end of session {s.session.index} (finished)")
-        s.transition(
-            RunStatus.SUCCEEDED,
-            reason="every done-condition passed (marked "
-            + ("when the run was resumed)" if resumed else "after its worker stopped)"),
-            expect={RunStatus.VERIFYING},
-        )
+        complete_success(self.slice, self.sessions, session)
         return SliceResult.SUCCEEDED
 
     def _take(self) -> bool:
@@ -391,3 +343,60 @@ class Driver:
         self.sessions.forget_approvals()
         self.calls.run(calls, first_called=first_ready, first_done=read is not None)
         self.sessions.stop_unless_running()
+
+
+def finished_session(run: Run) -> Session | None:
+    """The session that ended as finished when the checks passed, where the run was never
+    marked succeeded: its worker died first (the run is still verifying), or a person paused
+    the run while its checks ran (it comes back queued when resumed). Both found by
+    bench/chaos.py: the agent used to be sent back to work it had finished. For the harness's
+    own runs (Driver.run) and external agents' (agents/runtime/external.py) alike."""
+    status = run.status
+    if status not in (RunStatus.VERIFYING, RunStatus.QUEUED):
+        return None
+    last = Session.objects.filter(run_id=run.pk).order_by("-index").first()
+    if last is None or last.end_reason != EndReason.FINISHED:
+        return None
+    if status == RunStatus.QUEUED:
+        # Rewound since? Then that session is on an abandoned branch and the run goes on.
+        latest = (
+            Event.objects.on_live_branch(run.pk, Event.objects.ranges_of(run))
+            .filter(kind__in=[EventKind.SESSION_STARTED, EventKind.SESSION_ENDED])
+            .order_by("-seq")
+            .values_list("kind", "payload")
+            .first()
+        )
+        if latest is None or latest[0] != EventKind.SESSION_ENDED:
+            return None
+        if latest[1].get("index") != last.index or latest[1].get("reason") != "finished":
+            return None
+    return last
+
+
+def complete_success(s: Slice, sessions: Sessions, session: Session) -> None:
+    """Mark the run a finished session left succeeded (finished_session). Its final checkpoint
+    is of the workspace brought to this host first (the caller's): this host's copy may be an
+    older state (found by bench/chaos.py: a worker on another host recorded its stale copy, and
+    the last session's committed write was gone)."""
+    sessions.adopt(session)
+    resumed = s.status == RunStatus.RUNNING  # after a pause that came as the checks ran
+    if resumed:
+        s.transition(
+            RunStatus.VERIFYING,
+            reason="the done-conditions had passed when the run was paused; completing it",
+            expect={RunStatus.RUNNING},
+        )
+    ended = (
+        Event.objects.filter(run_id=s.run_id, kind=EventKind.SESSION_ENDED)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if not Checkpoint.objects.filter(run_id=s.run_id, seq__gt=ended or 0).exists():
+        s.checkpoint(CheckpointKind.SESSION_END, f"end of session {s.session.index} (finished)")
+    s.transition(
+        RunStatus.SUCCEEDED,
+        reason="every done-condition passed (marked "
+        + ("when the run was resumed)" if resumed else "after its worker stopped)"),
+        expect={RunStatus.VERIFYING},
+    )

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ._client import Client
-from ._errors import Rewound, ShiftlogError
+from ._errors import Conflict, Rewound, ShiftlogError
 
 STOPPED = frozenset({"paused", "cancelled", "failed", "succeeded"})
 PRE_TOOL_TIMEOUT = 24 * 3600  # seconds a PreToolUse hook may wait for a person
@@ -364,9 +364,28 @@ def drive(args: argparse.Namespace) -> int:
                 return 2
             run_id = client.create_run(args.goal, **_spec(args)).id
             print(f"shiftlog-claude: run {run_id}", file=sys.stderr, flush=True)
-        upload(client, run_id, root)
+        try:
+            upload(client, run_id, root)
+        except Conflict:
+            if not _ended(client, run_id):
+                raise
+            return _report(client, run_id)
         with hooked(url, token, run_id, root, agent=agent) as (settings, state):
             return _sessions(client, args, run_id, root, state, settings)
+
+
+def _ended(client: Client, run_id: int) -> bool:
+    """The run is in no state for its agent to go on (a refusal that says so): it ended, or a
+    person paused it. A run resumed whose checks had passed before the pause is marked
+    succeeded at the agent's first call."""
+    return client.get_run(run_id).status in STOPPED
+
+
+def _report(client: Client, run_id: int) -> int:
+    run = client.get_run(run_id)
+    why = f" ({run.status_reason})" if run.status_reason else ""
+    print(f"shiftlog-claude: run {run_id} is {run.status}{why}", file=sys.stderr)
+    return 0 if run.status == "succeeded" else 1
 
 
 @contextlib.contextmanager
@@ -430,7 +449,12 @@ def _sessions(
 ) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHIFTLOG_")}
     for _ in range(args.max_claude_sessions):
-        context = client.run_context(run_id)
+        try:
+            context = client.run_context(run_id)
+        except Conflict:
+            if not _ended(client, run_id):
+                raise
+            break
         rewind = context.raw.get("rewound")
         if rewind:  # a person rewound the run: the folder goes back to that checkpoint
             restore(client, run_id, int(rewind["checkpoint"]), root)
@@ -485,10 +509,7 @@ def _sessions(
             continue
         except ShiftlogError as e:
             print(f"shiftlog-claude: the handoff was not recorded: {e}", file=sys.stderr)
-    run = client.get_run(run_id)
-    why = f" ({run.status_reason})" if run.status_reason else ""
-    print(f"shiftlog-claude: run {run_id} is {run.status}{why}", file=sys.stderr)
-    return 0 if run.status == "succeeded" else 1
+    return _report(client, run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
