@@ -4,23 +4,14 @@ badge are polite live regions."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, serving, wait_js
 from tests.e2e.scenes import page_urls, waiting_demo
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 AXE = (Path(__file__).parent / "vendor" / "axe.min.js").read_text()
 

@@ -4,24 +4,12 @@ API and shows the answer."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from agents import services
 from agents.runspec import RunSpec
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, serving, wait_js
 from tests.procs import Procs
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 def test_the_docs_page_lists_every_operation_and_tries_one_with_a_token(

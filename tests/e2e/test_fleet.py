@@ -12,29 +12,19 @@ Set SHIFTLOG_SCREENSHOTS=DIR to keep the screenshots.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from decimal import Decimal
 
-import pytest
 from django.utils import timezone
 
 from agents import eventlog
 from agents.models import Run, RunStatus, Session
-from tests.e2e.helpers import CHROMIUM, log_in, screenshot, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, screenshot, serving, wait_js
 from tests.e2e.scenes import PHONE
 from tests.e2e.test_accessibility import violations
 from tests.timeline_runs import turn
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 def run_of(eve, goal: str, *, parent: Run | None = None, status=RunStatus.RUNNING, **usage) -> Run:

@@ -5,26 +5,14 @@ diff, approved there (issue 29)."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from agents import approvals
 from agents.models import Run, RunStatus
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, serving, wait_js
 from tests.e2e.scenes import waiting_demo
 from tests.helpers import call, finish_turn, make_run
 from tests.procs import wait_for
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 def waiting(run: Run, count: int) -> list:

@@ -4,22 +4,10 @@ for window.Notification: a headless browser shows none)."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from agents import services
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, serving, wait_js
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 # Runs before the page's own scripts: a Notification that records instead of showing.
 STUB = """

@@ -4,22 +4,10 @@ and an approval card's buttons are full-width, at least 44 px tall and on screen
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, serving, wait_js
 from tests.e2e.scenes import PHONE, page_urls, waiting_demo
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 WIDTH = PHONE["viewport"]["width"]
 SHOTS = {"runs list": "runs-list", "run page": "run", "approvals": "approvals"}

@@ -10,25 +10,15 @@ import os
 import re
 import time
 
-import pytest
-
 from agents import services
 from agents.models import Run
-from tests.e2e.helpers import CHROMIUM, log_in, serving, wait_js
+from tests.e2e.helpers import BROWSER_TEST, log_in, serving, wait_js
 from tests.e2e.test_security import REPORT_VIOLATIONS
 from tests.helpers import approve_pending
 from tests.test_timeline import hand_made
 from tests.timeline_runs import big_run
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.ui_only,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason="chromium is not installed (make system-deps)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 def watch_violations(page) -> list[str]:
