@@ -407,13 +407,11 @@ def test_a_check_stopped_because_the_disk_is_full_pauses_the_run_instead_of_fail
     assert list(passed) == [True]
 
 
-def test_an_external_agent_s_finish_stopped_by_a_full_disk_pauses_the_run_and_says_why(
-    settings, django_capture_on_commit_callbacks
-):
-    """The same for an external agent: its finish is answered "the checks did not run" with the
-    reason, the run pauses for space, and a finish after the resume passes."""
+@pytest.fixture
+def external_done(db):
+    """An external run and its agent's API client, its workspace meeting the check."""
     from tests.helpers import user_with
-    from tests.test_api_external import bearer, finish, make_external, tarball
+    from tests.test_api_external import bearer, make_external, tarball
 
     api = bearer(user_with("agent", "decide_approval"), "read", "write")
     run_id = make_external(api)
@@ -422,6 +420,17 @@ def test_an_external_agent_s_finish_stopped_by_a_full_disk_pauses_the_run_and_sa
         tarball({"done.txt": "yes"}),
         content_type="application/gzip",
     )
+    return api, run_id
+
+
+def test_an_external_agent_s_finish_stopped_by_a_full_disk_pauses_the_run_and_says_why(
+    settings, external_done
+):
+    """The same for an external agent: its finish is answered "the checks did not run" with the
+    reason, the run pauses for space, and a finish after the resume passes."""
+    from tests.test_api_external import finish
+
+    api, run_id = external_done
     free_mb = settings.SHIFTLOG["MIN_FREE_MB"]
     settings.SHIFTLOG = {**settings.SHIFTLOG, "MIN_FREE_MB": 1 << 40}
     verdict = finish(api, run_id)
@@ -440,22 +449,15 @@ def test_an_external_agent_s_finish_stopped_by_a_full_disk_pauses_the_run_and_sa
 
 
 def test_an_external_run_paused_while_its_passing_checks_ran_succeeds_when_resumed(
-    paused_as_the_checks_run,
+    paused_as_the_checks_run, external_done
 ):
     """As for the harness's own runs: an external agent's checks passed and its session ended
-    as finished, but a person paused the run meanwhile. The finish keeps its one answer (it was
-    also answered "the checks did not run"), and the resumed run is marked succeeded at the
+    as finished, but a person paused the run meanwhile. The finish keeps its one answer (it used
+    to get a second, "the checks did not run"), and the resumed run is marked succeeded at the
     agent's next call instead of opening a new session and sending the agent back to work."""
-    from tests.helpers import user_with
-    from tests.test_api_external import bearer, finish, make_external, tarball
+    from tests.test_api_external import finish
 
-    api = bearer(user_with("agent", "decide_approval"), "read", "write")
-    run_id = make_external(api)
-    api.put(
-        f"/api/v1/runs/{run_id}/workspace",
-        tarball({"done.txt": "yes"}),
-        content_type="application/gzip",
-    )
+    api, run_id = external_done
     verdict = finish(api, run_id)
     assert verdict["run_status"] == "paused" and verdict["passed"] is False, verdict
     assert [c["passed"] for c in verdict["checks"]] == [True]
