@@ -366,6 +366,8 @@ def drive(args: argparse.Namespace) -> int:
             print(f"shiftlog-claude: run {run_id}", file=sys.stderr, flush=True)
         try:
             upload(client, run_id, root)
+        except Rewound:
+            pass  # the folder is not sent over the rewind: the first context restores it
         except Conflict:
             if not _ended(client, run_id):
                 raise
@@ -376,9 +378,9 @@ def drive(args: argparse.Namespace) -> int:
 
 def _ended(client: Client, run_id: int) -> bool:
     """The run is in no state for its agent to go on (a refusal that says so): it ended, or a
-    person paused it. A run resumed whose checks had passed before the pause is marked
-    succeeded at the agent's first call."""
-    return client.get_run(run_id).status in STOPPED
+    person paused it; a rewind under way is waited out first. A run resumed whose checks had
+    passed before the pause is marked succeeded at the agent's first call."""
+    return _settled(client, run_id).status in STOPPED
 
 
 def _report(client: Client, run_id: int) -> int:
@@ -452,9 +454,9 @@ def _sessions(
         try:
             context = client.run_context(run_id)
         except Conflict:
-            if not _ended(client, run_id):
-                raise
-            break
+            if _ended(client, run_id):
+                break
+            context = client.run_context(run_id)  # a rewind was under way; it is over
         rewind = context.raw.get("rewound")
         if rewind:  # a person rewound the run: the folder goes back to that checkpoint
             restore(client, run_id, int(rewind["checkpoint"]), root)
