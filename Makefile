@@ -74,19 +74,20 @@ run: setup sandbox
 # the channel layer again on the PostgreSQL and Redis of this machine (skipped, saying so, when
 # they do not answer). Three at a time, each pytest with its own data folder and database: most
 # tests wait on processes, browsers and sockets rather than on the CPU. Three chains side by side:
-# the PostgreSQL + Redis pass, then the chaos minute (which so never shares the database with that
-# pass); a few browser tests, the first half of the SQLite pass, then the other browser tests and
-# the container (so the two browser parts never run at once); the second half, then the pure
-# tests. Measured on a 2-core machine (2026-12-06): 21, 23 and 25.5 minutes. A chain goes on
-# after a failing part, so one run shows every failure; -O prints each chain's report whole.
+# a few browser tests, the PostgreSQL + Redis pass, then the chaos minute (which so never shares
+# the database with that pass); the first half of the SQLite pass, then the other browser tests
+# and the container (so the two browser parts never run at once); the second half, then the pure
+# tests. Measured in a clean clone on a 2-core machine (2026-12-06, before this balance): 3.8 +
+# 22.5 + 2.5, 19.5 + 7.3 and 23.3 + 6.1 minutes. A chain goes on after a failing part, so one run
+# shows every failure; -O prints each chain's report whole.
 test: setup system-deps claude-code openai-agents
 	@$(MAKE) --no-print-directory -j3 -O test-chain-services test-chain-sqlite test-chain-sqlite-second
 test-chain-services: setup system-deps
-	@st=0; $(MAKE) --no-print-directory test-services || st=1; \
+	@st=0; $(MAKE) --no-print-directory test-pages-second || st=1; \
+	  $(MAKE) --no-print-directory test-services || st=1; \
 	  $(MAKE) --no-print-directory test-chaos || st=1; exit $$st
 test-chain-sqlite: setup system-deps
-	@st=0; $(MAKE) --no-print-directory test-pages-second || st=1; \
-	  $(MAKE) --no-print-directory test-db-first || st=1; \
+	@st=0; $(MAKE) --no-print-directory test-db-first || st=1; \
 	  $(MAKE) --no-print-directory test-pages-first || st=1; \
 	  $(MAKE) --no-print-directory test-container-if-built || st=1; exit $$st
 test-chain-sqlite-second: setup system-deps
@@ -101,7 +102,7 @@ test-pure: setup
 test-db: setup
 	$(PY) -m pytest -m "not no_services and not ui_only"
 # test-db in two halves (make test runs them side by side): these files, then everything else.
-DB_FIRST := $(wildcard tests/test_[a-f]*.py)
+DB_FIRST := $(wildcard tests/test_[a-f]*.py) tests/e2e/test_browser.py
 test-db-first: setup
 	$(PY) -m pytest -m "not no_services and not ui_only" $(DB_FIRST)
 test-db-second: setup
@@ -110,8 +111,8 @@ test-services: setup
 	$(PY) -m tests.postgres_redis
 test-pages: setup system-deps
 	$(PY) -m pytest -m ui_only
-# The browser tests in two parts, at the start and near the end of one chain (the second: these
-# files).
+# The browser tests in two parts: these files at the start of one chain, the rest at the end of
+# another.
 PAGES_SECOND := tests/e2e/test_fleet.py tests/e2e/test_dark.py tests/e2e/test_overview.py tests/e2e/test_notify.py
 test-pages-first: setup system-deps
 	$(PY) -m pytest -m ui_only $(addprefix --ignore=,$(PAGES_SECOND))

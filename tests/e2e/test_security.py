@@ -15,6 +15,7 @@ from tests.helpers import make_run
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.any_db,  # an origin check and a page's CSP: once, on SQLite
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(240),
     pytest.mark.skipif(
