@@ -28,6 +28,15 @@ from tests.procs import Procs
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
+class Socket(WebsocketCommunicator):
+    """channels' test communicator, its connect waiting 10 s instead of 1: the consumer's connect
+    reads the database on its one database thread, which took over a second on a loaded 2-core
+    CI machine (the test then failed in the handshake, not in what it tests)."""
+
+    async def connect(self, timeout: float = 10):
+        return await super().connect(timeout)
+
+
 def as_user(user):
     inner = URLRouter(websocket_urlpatterns)
 
@@ -80,7 +89,7 @@ def test_an_anonymous_socket_is_refused():
     from django.contrib.auth.models import AnonymousUser
 
     async def go():
-        comm = WebsocketCommunicator(as_user(AnonymousUser()), "/ws/live/")
+        comm = Socket(as_user(AnonymousUser()), "/ws/live/")
         connected, _ = await comm.connect()
         assert not connected
 
@@ -95,18 +104,18 @@ def test_the_real_stack_checks_the_session_and_the_origin(owner):
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
 
     async def go():
-        ok = WebsocketCommunicator(
+        ok = Socket(
             application,
             "/ws/live/",
             headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1:8000")],
         )
         assert (await ok.connect())[0]
         await ok.disconnect()
-        no_session = WebsocketCommunicator(
+        no_session = Socket(
             application, "/ws/live/", headers=[(b"origin", b"http://127.0.0.1:8000")]
         )
         assert not (await no_session.connect())[0]
-        evil = WebsocketCommunicator(
+        evil = Socket(
             application,
             "/ws/live/",
             headers=[(b"cookie", cookie), (b"origin", b"http://evil.example")],
@@ -121,12 +130,12 @@ def test_a_run_socket_needs_the_right_to_see_the_run(owner, viewer, outsider):
 
     async def go():
         for user, expected in ((owner, True), (viewer, True), (outsider, False)):
-            comm = WebsocketCommunicator(as_user(user), f"/ws/live/runs/{run.pk}/?after=0")
+            comm = Socket(as_user(user), f"/ws/live/runs/{run.pk}/?after=0")
             connected, _ = await comm.connect()
             assert connected is expected, user
             if connected:
                 await comm.disconnect()
-        missing = WebsocketCommunicator(as_user(owner), "/ws/live/runs/999999/")
+        missing = Socket(as_user(owner), "/ws/live/runs/999999/")
         assert not (await missing.connect())[0]
 
     async_to_sync(go)()
@@ -137,7 +146,7 @@ def test_a_socket_catches_up_after_the_seq_it_holds_then_streams_live(owner):
     last = run.last_seq
 
     async def go():
-        comm = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=3")
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after=3")
         assert (await comm.connect())[0]
         got = await receive_until(comm, lambda t: last in seqs(t))
         assert seqs(got) == list(range(4, last + 1))
@@ -157,9 +166,7 @@ def test_a_socket_that_holds_everything_gets_no_replay(owner):
     run = drive_until_idle(make_run(created_by=owner, turns=[{"text": "one"}]))
 
     async def go():
-        comm = WebsocketCommunicator(
-            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
-        )
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
         assert (await comm.connect())[0]
         assert await nothing_more(comm)
         await comm.disconnect()
@@ -171,9 +178,7 @@ def test_a_dropped_message_is_read_from_the_database(owner):
     run = make_run(created_by=owner)
 
     async def go():
-        comm = WebsocketCommunicator(
-            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
-        )
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
         assert (await comm.connect())[0]
         start = run.last_seq
         # Three events; the layer "loses" the first two, only the third reaches the socket.
@@ -203,7 +208,7 @@ def test_many_sockets_share_one_delivery_and_each_gets_every_event_once(owner):
 
     async def go():
         comms = [
-            WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
+            Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
             for _ in range(20)
         ]
         for c in comms:
@@ -225,8 +230,8 @@ def test_many_sockets_share_one_delivery_and_each_gets_every_event_once(owner):
 
 def test_the_runs_list_gets_new_runs_and_status_changes(owner, outsider):
     async def go():
-        mine = WebsocketCommunicator(as_user(owner), "/ws/live/runs/?page=1")
-        theirs = WebsocketCommunicator(as_user(outsider), "/ws/live/runs/?page=1")
+        mine = Socket(as_user(owner), "/ws/live/runs/?page=1")
+        theirs = Socket(as_user(outsider), "/ws/live/runs/?page=1")
         assert (await mine.connect())[0] and (await theirs.connect())[0]
         run = await database_sync_to_async(make_run)(created_by=owner, goal="brand new")
         got = await receive_until(mine, lambda t: "brand new" in t)
@@ -245,8 +250,8 @@ def test_the_runs_list_gets_new_runs_and_status_changes(owner, outsider):
 
 def test_waiting_approvals_reach_the_header_count_and_the_inbox(owner, viewer):
     async def go():
-        header = WebsocketCommunicator(as_user(viewer), "/ws/live/")
-        inbox = WebsocketCommunicator(as_user(viewer), "/ws/live/approvals/")
+        header = Socket(as_user(viewer), "/ws/live/")
+        inbox = Socket(as_user(viewer), "/ws/live/approvals/")
         assert (await header.connect())[0] and (await inbox.connect())[0]
         run = await database_sync_to_async(
             lambda: drive_until_idle(services.create_demo_run(created_by=owner))
@@ -264,7 +269,7 @@ def test_waiting_approvals_reach_the_header_count_and_the_inbox(owner, viewer):
 
 def test_a_reconnect_refreshes_the_count(owner):
     async def go():
-        comm = WebsocketCommunicator(as_user(owner), "/ws/live/?reconnect=1")
+        comm = Socket(as_user(owner), "/ws/live/?reconnect=1")
         assert (await comm.connect())[0]
         got = await comm.receive_from(timeout=3)
         assert 'id="approval-count"' in got
@@ -280,9 +285,7 @@ def test_an_event_committed_by_another_process_reaches_the_socket(owner, tmp_pat
     procs = Procs(tmp_path)
 
     async def go():
-        comm = WebsocketCommunicator(
-            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
-        )
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
         assert (await comm.connect())[0]
         code = (
             "import sys\nfrom agents import eventlog\n"
@@ -342,9 +345,7 @@ def test_a_push_carries_only_the_panels_its_events_change(owner):
     run = make_run(created_by=owner)
 
     async def go():
-        comm = WebsocketCommunicator(
-            as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}"
-        )
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={run.last_seq}")
         assert (await comm.connect())[0]
         await append(run.pk, "model.turn", {"text": "thinking", "content": [], "usage": {}})
         turn = await receive_until(comm, lambda t: 'id="sessions"' in t)
@@ -368,8 +369,8 @@ def test_a_rewind_discards_waiting_approvals_and_the_inbox_and_count_follow_live
     target = run.checkpoints.get(kind="session_end")
 
     async def go():
-        header = WebsocketCommunicator(as_user(owner), "/ws/live/")
-        inbox = WebsocketCommunicator(as_user(owner), "/ws/live/approvals/")
+        header = Socket(as_user(owner), "/ws/live/")
+        inbox = Socket(as_user(owner), "/ws/live/approvals/")
         assert (await header.connect())[0] and (await inbox.connect())[0]
         await database_sync_to_async(rewinds.rewind)(run.pk, target.pk, actor="user:olivia")
         count = await receive_until(header, lambda t: 'id="approval-count"' in t)
@@ -434,7 +435,7 @@ def test_batches_out_of_order_or_with_a_gap_reach_each_page_once_in_order(owner)
         )
 
     async def go():
-        comm = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
         assert (await comm.connect())[0]
         restore = stop_delivery()
         try:

@@ -19,7 +19,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from agents import eventlog, services
@@ -28,7 +27,7 @@ from dashboard import stream
 from dashboard.live import fanout
 from tests.helpers import make_run
 from tests.procs import Procs, free_port
-from tests.test_dashboard_consumers import as_user, receive_until, seqs
+from tests.test_dashboard_consumers import Socket, as_user, receive_until, seqs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -43,10 +42,7 @@ def test_a_batch_is_rendered_once_per_permission_set_and_each_viewer_gets_its_ow
 
     async def go():
         users = [owner] * 6 + [viewer] * 6
-        comms = [
-            WebsocketCommunicator(as_user(u), f"/ws/live/runs/{run.pk}/?after={start}")
-            for u in users
-        ]
+        comms = [Socket(as_user(u), f"/ws/live/runs/{run.pk}/?after={start}") for u in users]
         for c in comms:
             assert (await c.connect())[0]
         await asyncio.sleep(0.3)  # with Redis, the run's own first events may still be in flight
@@ -85,11 +81,11 @@ def test_a_viewer_who_may_not_see_the_run_gets_nothing_of_it(owner, outsider):
     run = make_run(created_by=owner)
 
     async def go():
-        watcher = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
+        watcher = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
         assert (await watcher.connect())[0]
-        refused = WebsocketCommunicator(as_user(outsider), f"/ws/live/runs/{run.pk}/?after=0")
+        refused = Socket(as_user(outsider), f"/ws/live/runs/{run.pk}/?after=0")
         assert not (await refused.connect())[0]
-        header = WebsocketCommunicator(as_user(outsider), "/ws/live/")
+        header = Socket(as_user(outsider), "/ws/live/")
         assert (await header.connect())[0]
         await append(run.pk, "human.note", {"text": "private"})
         await receive_until(watcher, lambda t: "private" in t)
@@ -107,14 +103,14 @@ def test_a_socket_still_catching_up_gets_live_batches_in_order_after_it(owner):
     run = make_run(created_by=owner)
 
     async def go():
-        first = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
+        first = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
         assert (await first.connect())[0]
         await receive_until(first, lambda t: run.last_seq in seqs(t))
         writer = asyncio.ensure_future(notes(run.pk, 30))
         late = []
         for _ in range(3):  # sockets that join while events are being committed
             await asyncio.sleep(0.05)
-            c = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
+            c = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after=0")
             assert (await c.connect())[0]
             late.append(c)
         last = await writer
@@ -136,8 +132,7 @@ def test_viewers_who_all_missed_a_batch_share_one_catch_up(owner):
 
     async def go():
         comms = [
-            WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
-            for _ in range(10)
+            Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}") for _ in range(10)
         ]
         for c in comms:
             assert (await c.connect())[0]
@@ -187,10 +182,7 @@ def test_a_run_s_last_batch_whose_render_fails_still_reaches_every_viewer(owner,
     monkeypatch.setattr(LiveConsumer, "rendered", rendered_once_failing)
 
     async def go():
-        comms = [
-            WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
-            for _ in range(3)
-        ]
+        comms = [Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}") for _ in range(3)]
         for c in comms:
             assert (await c.connect())[0]
         await asyncio.sleep(0.3)
@@ -344,7 +336,7 @@ def test_after_redis_restarts_empty_the_hub_listener_joins_again_and_pages_catch
 
     async def go():
         nonlocal server
-        comm = WebsocketCommunicator(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
         assert (await comm.connect())[0]
         if live.feed.task is not None:  # this process's own feed (the tail, on SQLite): stopped
             live.feed.task.cancel()
