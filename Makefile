@@ -75,21 +75,22 @@ run: setup sandbox
 # they do not answer). Three at a time, each pytest with its own data folder and database: most
 # tests wait on processes, browsers and sockets rather than on the CPU. Three chains side by side:
 # a few browser tests, the PostgreSQL + Redis pass, then the chaos minute (which so never shares
-# the database with that pass); the first half of the SQLite pass, then the other browser tests
-# and the container (so the two browser parts never run at once); the second half, then the pure
-# tests. Measured in a clean clone on a 2-core machine (2026-12-06, before this balance): 3.8 +
-# 22.5 + 2.5, 19.5 + 7.3 and 23.3 + 6.1 minutes. A chain goes on after a failing part, so one run
-# shows every failure; -O prints each chain's report whole.
+# the database with that pass) and the container; the first half of the SQLite pass, then the
+# other browser tests (so the two browser parts never run at once); the second half, then the
+# pure tests. The two cores are busy throughout (a clean clone on a 2-core machine, 2026-12-06:
+# 3 + 20 + 2.5, 15.5 + 13 and 22.3 + 6.5 minutes, 32 in all): only less work makes it shorter.
+# A chain goes on after a failing part, so one run shows every failure; -O prints each chain's
+# report whole.
 test: setup system-deps claude-code openai-agents
 	@$(MAKE) --no-print-directory -j3 -O test-chain-services test-chain-sqlite test-chain-sqlite-second
 test-chain-services: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-pages-second || st=1; \
 	  $(MAKE) --no-print-directory test-services || st=1; \
-	  $(MAKE) --no-print-directory test-chaos || st=1; exit $$st
+	  $(MAKE) --no-print-directory test-chaos || st=1; \
+	  $(MAKE) --no-print-directory test-container-if-built || st=1; exit $$st
 test-chain-sqlite: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-db-first || st=1; \
-	  $(MAKE) --no-print-directory test-pages-first || st=1; \
-	  $(MAKE) --no-print-directory test-container-if-built || st=1; exit $$st
+	  $(MAKE) --no-print-directory test-pages-first || st=1; exit $$st
 test-chain-sqlite-second: setup system-deps
 	@st=0; $(MAKE) --no-print-directory test-db-second || st=1; \
 	  $(MAKE) --no-print-directory test-pure || st=1; exit $$st

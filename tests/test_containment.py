@@ -175,6 +175,7 @@ def test_commands_and_checks_run_in_the_named_environment(tmp_path):
     assert plain.status != RunStatus.SUCCEEDED
 
 
+@pytest.mark.any_db  # a venv built with pip: once, on SQLite
 def test_a_check_environment_is_built_from_requirements_or_refused_clearly(tmp_path):
     empty = tmp_path / "requirements.txt"
     empty.write_text("# nothing needed\n")
