@@ -77,10 +77,8 @@ run: setup sandbox
 # a few browser tests, the PostgreSQL + Redis pass, then the chaos minute (which so never shares
 # the database with that pass) and the container; the first half of the SQLite pass, then the
 # other browser tests (so the two browser parts never run at once); the second half, then the
-# pure tests. The two cores are busy throughout, so only less work makes it shorter; the parts
-# are placed so that no chain runs long alone at the end (a clean clone on a 2-core machine,
-# 2026-12-06: 29.7 min in all, the longest chain the second SQLite half and the pure tests, 21.1 +
-# 6.9 minutes; tests/test_[g-m]* have since moved to the first half, 14.2 minutes then).
+# pure tests. The two cores are busy throughout (a clean clone on a 2-core machine, 2026-12-06:
+# 3 + 20 + 2.5, 15.5 + 13 and 22.3 + 6.5 minutes, 32 in all): only less work makes it shorter.
 # A chain goes on after a failing part, so one run shows every failure; -O prints each chain's
 # report whole.
 test: setup system-deps claude-code openai-agents
@@ -105,7 +103,7 @@ test-pure: setup
 test-db: setup
 	$(PY) -m pytest -m "not no_services and not ui_only"
 # test-db in two halves (make test runs them side by side): these files, then everything else.
-DB_FIRST := $(wildcard tests/test_[a-m]*.py) tests/e2e/test_browser.py
+DB_FIRST := $(wildcard tests/test_[a-f]*.py) tests/e2e/test_browser.py
 test-db-first: setup
 	$(PY) -m pytest -m "not no_services and not ui_only" $(DB_FIRST)
 test-db-second: setup
