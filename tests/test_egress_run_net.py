@@ -101,27 +101,27 @@ def holders(inode: int) -> list[str]:
     link = f"net:[{inode}]"
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                if os.readlink(f"/proc/{pid}/task/{tid}/ns/net") == link:
-                    found.append(f"process {pid} (thread {tid})")
-            except OSError:
-                pass
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == link:
-                    found.append(f"descriptor {fd} of process {pid}")
-            except OSError:
-                pass
+        for tid in _listed(f"/proc/{pid}/task"):
+            if _points_at(f"/proc/{pid}/task/{tid}/ns/net", link):
+                found.append(f"process {pid} (thread {tid})")
+        for fd in _listed(f"/proc/{pid}/fd"):
+            if _points_at(f"/proc/{pid}/fd/{fd}", link):
+                found.append(f"descriptor {fd} of process {pid}")
     return found
+
+
+def _listed(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:  # the process ended meanwhile
+        return []
+
+
+def _points_at(path: str, link: str) -> bool:
+    try:
+        return os.readlink(path) == link
+    except OSError:
+        return False
 
 
 def test_every_command_of_a_run_is_in_its_network_and_no_relay_is_started(

@@ -365,9 +365,9 @@ def drive(args: argparse.Namespace) -> int:
             run_id = client.create_run(args.goal, **_spec(args)).id
             print(f"shiftlog-claude: run {run_id}", file=sys.stderr, flush=True)
         try:
-            upload(client, run_id, root)
-        except Rewound:
-            pass  # the folder is not sent over the rewind: the first context restores it
+            # Not sent over a rewind the agent missed: the first context restores the folder.
+            with contextlib.suppress(Rewound):
+                upload(client, run_id, root)
         except Conflict:
             if not _ended(client, run_id):
                 raise
