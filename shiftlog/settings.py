@@ -124,7 +124,6 @@ if SHIFTLOG_TRUSTED_PROXIES > 10:
 AXES_CLIENT_IP_CALLABLE = "dashboard.client_ip.client_ip"
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

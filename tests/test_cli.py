@@ -271,3 +271,36 @@ def test_show_run_json_says_what_made_a_run(owner):
     shown = json.loads(cli("show_run", str(made.pk), "--json"))
     assert (shown["schedule"], shown["trigger"], shown["forked_from"]) == (schedule.pk, None, None)
     assert json.loads(cli("show_run", str(template.pk), "--json"))["schedule"] is None
+
+
+LIGHT_START = """
+import json, sys
+import django
+django.setup()
+from django.core import checks
+from django.core.management import execute_from_command_line
+ran = []
+checks.run_checks = lambda *a, **k: ran.append(1) or []
+try:
+    execute_from_command_line(["manage.py", *sys.argv[1:]])
+except BaseException:
+    pass
+heavy = ["proxy", "daphne.server", "twisted.internet.reactor"]
+print(json.dumps({"checks": bool(ran), "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("argv", [["checkpoint_run", "4242"], ["schedules"]])
+def test_a_command_on_a_run_starts_without_the_servers_or_the_system_checks(argv, procs):
+    """The CLI's start-up is most of a command's time: a command on one run (or schedule) loads
+    neither the web server, nor the egress proxy's HTTP library, nor runs Django's system checks
+    (the servers' start does)."""
+    env = procs.env(DJANGO_SETTINGS_MODULE="shiftlog.settings")
+    light = [sys.executable, "-c", LIGHT_START]
+    proc = subprocess.run([*light, *argv], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"checks": False, "loaded": []}
+    proc = subprocess.run([*light, "check"], capture_output=True, text=True, timeout=60, env=env)
+    assert (
+        json.loads(proc.stdout.splitlines()[-1])["checks"] is True
+    )  # `manage.py check` still does

@@ -101,6 +101,10 @@ class BaseCommand(DjangoBaseCommand):
 class RunCommand(BaseCommand):
     """A command acting on one run: `ID [--user NAME]`; RunError becomes a clean exit 2."""
 
+    # A quick act on one row: Django's system checks (URLs, admin, templates) would double the
+    # command's start-up; `manage.py check` and every server's start run them.
+    requires_system_checks: list[str] = []
+
     def add_arguments(self, parser):
         parser.add_argument("run_id", type=id_arg, metavar="ID")
         parser.add_argument("--user", help="act as this user (recorded in the log)")

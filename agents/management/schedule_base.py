@@ -21,6 +21,10 @@ def when(at: datetime | None, tz: str = "UTC") -> str:
 class ScheduleCommand(BaseCommand):
     """A schedule or trigger command: bad input becomes a clean exit 2."""
 
+    # A quick act on one row: Django's system checks (URLs, admin, templates) would double the
+    # command's start-up; `manage.py check` and every server's start run them.
+    requires_system_checks: list[str] = []
+
     def execute(self, *args, **options):
         try:
             return super().execute(*args, **options)

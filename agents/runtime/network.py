@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.conf import settings
 
@@ -31,7 +31,9 @@ from agents.models import (
 )
 from agents.runtime.slice import Slice
 from agents.sandbox import addresses
-from agents.sandbox.egress import EgressProxy
+
+if TYPE_CHECKING:
+    from agents.sandbox.egress import EgressProxy
 
 log = logging.getLogger(__name__)
 # New hosts one command may put to people as questions; more are refused, logged, not asked.
@@ -43,6 +45,10 @@ class Network:
         self.s = s
         self.proxy: EgressProxy | None = None
         if isolation == "bwrap":  # a plain subprocess has the host's network: nothing to proxy
+            # proxy.py (its HTTP machinery) loads only where a sandboxed slice runs: not in
+            # the web, the CLI or a worker's start.
+            from agents.sandbox.egress import EgressProxy  # noqa: PLC0415
+
             folder = Path(settings.DATA_DIR) / "egress" / f"run-{s.run_id}"
             self.proxy = EgressProxy(
                 folder,
