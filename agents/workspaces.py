@@ -110,23 +110,49 @@ def _state_path(run_id: int) -> Path:
     return Path(settings.DATA_DIR) / "workspace-state" / f"run-{run_id}.json"
 
 
-def held_tree(run: Run) -> str:
-    """The tree this host's copy of the run's workspace is known to be at ("" if none)."""
+def _held_state(run: Run) -> dict[str, Any]:
     try:
         state = json.loads(_state_path(run.pk).read_text())
     except (OSError, ValueError):
-        return ""
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def held_tree(run: Run) -> str:
+    """The tree this host's copy of the run's workspace is known to be at ("" if none, or while
+    a call that may change it has no committed result)."""
     if not run.workspace_path.is_dir():
         return ""
-    return str(state.get("tree", "")) if isinstance(state, dict) else ""
+    state = _held_state(run)
+    return "" if state.get("unsettled") else str(state.get("tree", ""))
 
 
-def hold(run: Run, tree: str, size: int) -> None:
-    """Record that this host's copy of the workspace is at `tree` (and its size, for eviction)."""
-    path = _state_path(run.pk)
+def hold(run: Run, tree: str, size: int | None = None) -> None:
+    """Record that this host's copy of the workspace is at `tree` (and its size, for eviction;
+    None: the size last recorded)."""
+    if size is None:
+        size = int(_held_state(run).get("bytes", 0) or 0)
+    _write_state(run.pk, {"tree": tree, "bytes": size})
+
+
+def unsettle(run: Run) -> None:
+    """A call that may change the workspace is about to run: until its result commits (and
+    `hold` names the tree the call left), this host's copy is the tree it held plus whatever
+    the call did. A worker that dies meanwhile leaves the call's changes and no result; the
+    next worker here keeps them (the call is closed as interrupted: it may have had its
+    effect) unless the run was rewound since: that branch never made the call, so the copy is
+    restored (a rewind to the checkpoint of the tree last held kept what the dead call did;
+    found by bench/chaos.py)."""
+    state = _held_state(run)
+    if state.get("tree") and not state.get("unsettled"):
+        _write_state(run.pk, {**state, "unsettled": True, "branch": run.branch_seq})
+
+
+def _write_state(run_id: int, state: dict[str, Any]) -> None:
+    path = _state_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"tree": tree, "bytes": size}))
+    tmp.write_text(json.dumps(state))
     os.replace(tmp, path)
 
 
@@ -151,11 +177,14 @@ def ensure_local(run: Run) -> dict[str, Any] | None:
     was done (for the `workspace.restored` event), or None when the copy was already right."""
     if not cached():
         return None
-    tree = committed_tree(run)
+    tree, branch = Run.objects.filter(pk=run.pk).values_list(
+        "workspace_tree", "branch_seq"
+    ).first() or ("", 0)
     if not tree:
         return None
-    had = held_tree(run)
-    if had == tree:
+    state = _held_state(run) if run.workspace_path.is_dir() else {}
+    had, unsettled = state.get("tree", ""), bool(state.get("unsettled"))
+    if had == tree and (not unsettled or state.get("branch") == branch):
         _used(run)
         return None
     started = time.perf_counter()
@@ -176,7 +205,13 @@ def ensure_local(run: Run) -> dict[str, Any] | None:
         "written": result.written,
         "removed": result.removed,
         "milliseconds": round((time.perf_counter() - started) * 1000, 1),
-        "had": "nothing" if not had else "an older state",
+        "had": (
+            "nothing"
+            if not had
+            else "a call's unrecorded changes, and the run was rewound since"
+            if had == tree
+            else "an older state"
+        ),
     }
 
 

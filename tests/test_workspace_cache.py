@@ -344,3 +344,37 @@ def test_a_success_another_host_completes_checkpoints_the_committed_workspace(
     ]
     restored = Event.objects.filter(run=run, kind="workspace.restored").last().payload
     assert restored["host"] == "host-b" and restored["tree"] == committed
+
+
+def test_a_call_whose_result_never_committed_leaves_nothing_a_rewind_keeps(cache, monkeypatch):
+    """Found by bench/chaos.py (a log line no committed call made): a worker died after its
+    `bash` appended to a file and before the result committed. A person rewound the run to the
+    checkpoint of the very tree this host last held, so the next worker here trusted its copy,
+    and the dead call's line stayed in the workspace of a branch that never made it."""
+    from agents.runtime.loop import drive
+    from agents.runtime.slice import Slice
+    from tests.helpers import drive_in_a_worker_that_dies
+
+    one_line = "test $(wc -l < log.txt) -eq 1"
+    turns = [
+        {"text": "log", "tool_calls": [call("bash", command="echo turn >> log.txt")]},
+        finish_turn(),
+    ]
+    run = make_run(turns=turns, checks=[one_line])
+    drive_in_a_worker_that_dies(
+        run.pk, monkeypatch, Slice, "record_result", lambda self, block, *a, **k: True
+    )
+    run.refresh_from_db()
+    assert (run.workspace_path / "log.txt").read_text() == "turn\n"  # done, never recorded
+    start = run.checkpoints.get(number=1)
+    assert run.workspace_tree == start.tree  # nothing committed since the run's start
+    Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)  # it expired
+
+    rewinds.rewind(run.pk, start.pk, actor="user:dana")
+    assert drive(run.pk).status == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert (run.workspace_path / "log.txt").read_text() == "turn\n"  # once: the new branch's
+    assert workspaces.store().read(run.workspace_tree, "log.txt") == b"turn\n"
+    restored = Event.objects.filter(run=run, kind="workspace.restored").get().payload
+    assert restored["had"] == "a call's unrecorded changes, and the run was rewound since"
+    assert restored["tree"] == start.tree

@@ -121,16 +121,20 @@ class Calls:
     def _execute(self, block: dict[str, Any], cleared: Cleared) -> None:
         s, name, tool_input = self.s, block["name"], cleared.tool_input
         if name in sandbox.WORKSPACE_TOOLS:
-            if name not in READ_ONLY_TOOLS:  # a read twice is no second effect
+            writes = name not in READ_ONLY_TOOLS
+            if writes:  # a read twice is no second effect
                 ledger.record(s.run_id, block["id"], name)
+                s.unsettle_workspace()
             # The gate's validated input, unless a person's edit replaced it: that is checked.
             result = self._sandbox(name, tool_input, validated=cleared.approval is None)
             if cleared.note:
                 result.output = f"{cleared.note}\n\n{result.output}"
             # What the call changed is in the store before its result commits (workspaces as
             # each host's cache): a host lost after the result loses nothing of it.
-            state = s.workspace_state() if name not in READ_ONLY_TOOLS else None
+            state = s.workspace_state() if writes else None
             s.record_result(block, result, state=state)
+            if writes and state is None:
+                s.settle_workspace()  # the call changed nothing: the copy is where it was
             if name == "bash":
                 waiting = self.network.after_command(tool_input["command"])
                 if waiting:  # a new host: a person decides, the run waits at zero compute
