@@ -68,3 +68,28 @@ def test_a_write_missing_from_the_last_committed_workspace_is_found():
     text = "\n".join(lines)
     assert f"work/{written[0].name} holds nothing" in text
     assert "log.txt has" in text
+
+
+def test_an_append_whose_command_failed_afterwards_may_have_happened():
+    """Found by the soak (a false alarm: "log.txt has 4 lines; its committed appends make 3"): as
+    it fills the disk, the disk watch kills a command after its `echo` appended. A failed append
+    may have happened; one more line than that is still found."""
+    from tests.helpers import call, finish_turn
+
+    turns = [
+        {"text": "log", "tool_calls": [call("bash", command="echo turn 0 >> log.txt; exit 3")]},
+        {"text": "log", "tool_calls": [call("bash", command="echo turn 1 >> log.txt")]},
+        finish_turn(),
+    ]
+    run = drive_until_idle(
+        services.create_run(RunSpec(goal="g", checks=["true"], script={"turns": turns}))
+    )
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert run.events.filter(kind="tool.result", payload__is_error=True).count() == 1
+    assert lost_writes([run.pk]) == (1, 0, [])
+    with (run.workspace_path / "log.txt").open("a") as log:
+        log.write("turn 99\n")
+    checkpoints.create(run.pk, kind="manual", label="tampered", actor="user:eve")
+    checked, lost, lines = lost_writes([run.pk])
+    assert (checked, lost) == (1, 1)
+    assert "log.txt has 3 lines; its committed appends make 1 (up to 2 with" in lines[0]

@@ -4,7 +4,7 @@ result is on its live branch.
 The soak's scripts write `work/fN.txt` (write_file) and append to `log.txt` (`echo turn N >>`).
 Replaying those calls' results on the run's live branch (rewinds leave out what they abandoned)
 gives what the workspace must hold; a call closed as interrupted may or may not have had its
-effect, so either is accepted. A fork starts from another run's history, so forks are left out."""
+effect, nor may an append whose command failed, so either is accepted. A fork starts from another run's history, so forks are left out."""
 
 from __future__ import annotations
 
@@ -45,7 +45,11 @@ def _problems(run_id: int, files: dict, read) -> list[str]:
     if not appends <= len(lines) <= appends + maybe_appends:
         problems.append(
             f"{LOG} has {len(lines)} lines; its committed appends make {appends}"
-            + (f" (up to {appends + maybe_appends} with interrupted ones)" if maybe_appends else "")
+            + (
+                f" (up to {appends + maybe_appends} with interrupted or failed ones)"
+                if maybe_appends
+                else ""
+            )
         )
     return problems
 
@@ -68,19 +72,22 @@ def _expected(run_id: int) -> tuple[dict[str, set], int, int]:
         if call is None:
             continue
         interrupted = payload.get("output") == INTERRUPTED
+        given = call.get("input") or {}
+        if call["name"] == "bash" and f">> {LOG}" in given.get("command", ""):
+            # A command that failed may have appended first: killed by the disk watch as the
+            # soak fills the disk, its `echo` done and its `wc` not (a denied one never ran).
+            if interrupted or payload.get("is_error"):
+                maybe += 1
+            else:
+                appends += 1
+            continue
         if payload.get("is_error") and not interrupted:
             continue  # denied or failed: no effect
-        given = call.get("input") or {}
         if call["name"] == "write_file":
             path = given["path"]
             # An interrupted write may not have happened: what was there before stays allowed.
             before = writes.get(path, {None}) if interrupted else set()
             writes[path] = before | {given["content"]}
-        elif call["name"] == "bash" and f">> {LOG}" in given.get("command", ""):
-            if interrupted:
-                maybe += 1
-            else:
-                appends += 1
     return writes, appends, maybe
 
 
