@@ -370,3 +370,60 @@ def test_after_redis_restarts_empty_the_hub_listener_joins_again_and_pages_catch
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_viewer_that_joins_a_catch_up_begun_before_its_event_still_gets_the_event(
+    owner, monkeypatch
+):
+    """Viewers of a run at the same seq share one catch-up read. Found by the chaos soak (a viewer
+    never got a run's last event): a viewer sent to catch up by a batch committed after a shared
+    read began got only what that read saw, and the batch that sent it was gone. It now reads
+    again, on its own, up to the batch."""
+    run = make_run(created_by=owner)
+    start = run.last_seq
+    real_after, reads = stream.after, []
+
+    def before_the_second_event(run_id, after, *, limit=1000):
+        rows = real_after(run_id, after, limit=limit)
+        if not reads:  # the first read began before start + 2 was committed, and is slow
+            rows = [r for r in rows if r.seq <= start + 1]
+            time.sleep(0.3)
+        reads.append(after)
+        return rows
+
+    async def go():
+        a, b = (Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}") for _ in "ab")
+        assert (await a.connect())[0] and (await b.connect())[0]
+        await asyncio.sleep(0.3)
+        sockets = list(fanout.viewers.by_run[run.pk])
+        for s in sockets:  # both miss the next two batches, as when Redis restarts
+            fanout.viewers.discard(s)
+        await append(run.pk, "human.note", {"text": "one"})
+        last = (await append(run.pk, "human.note", {"text": "two"})).seq
+        await asyncio.sleep(0.3)
+        for s in sockets:
+            fanout.viewers.add(s)
+        batch = await database_sync_to_async(lambda: real_after(run.pk, last - 1, limit=10))()
+        fields = [{f: getattr(r, f) for f in stream.EVENT_FIELDS} for r in batch]
+        monkeypatch.setattr(stream, "after", before_the_second_event)
+        first, second = sockets
+        first.owed_upto = start + 1  # the first was owed a batch (fanout.owe)
+        reading = asyncio.create_task(first.run_owed({"type": "run.owed"}))
+        await asyncio.sleep(0.1)  # the read is under way
+        await second.run_events({"events": [stream.to_message(f) for f in fields]})
+        await reading
+        assert reads[0] == start and start not in reads[1:]  # the second joined the first's read
+        assert first.last_seq == start + 1  # all the first asked for
+        assert second.last_seq == last  # not only what the shared read saw
+        pages = []
+        for c in (a, b):  # receive_from's timeout would end the socket: look first
+            text = ""
+            while not await c.receive_nothing(timeout=0.5):
+                text += await c.receive_from()
+            pages.append(seqs(text))
+        # Each page got the shared read's event; the second's its own read's too.
+        assert sorted(pages) == [[start + 1], [start + 1, last]]
+        for c in (a, b):
+            await c.disconnect()
+
+    async_to_sync(go)()
