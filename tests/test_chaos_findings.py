@@ -475,3 +475,49 @@ def test_an_external_run_paused_while_its_passing_checks_ran_succeeds_when_resum
     assert "when the run was resumed" in run.status_reason
     assert run.sessions.count() == 1  # no new session: the agent was done
     assert run.checkpoints.filter(kind="session_end").count() == 1
+
+
+def test_a_worker_frozen_past_its_lease_cannot_write_over_a_rewind(monkeypatch):
+    """Found by bench/chaos.py (a run's rewound workspace held the abandoned branch's files
+    again): a worker stopped (SIGSTOP) in a model call past its lease; a person rewound the run
+    meanwhile. The worker woke and went on with its old conversation: its next call and result
+    went onto the new branch, and its stale copy of the workspace became the run's. A rewind now
+    takes the lease away, so the woken worker's next write is refused and it stops."""
+    from agents.models import Run
+    from agents.providers.scripted import ScriptedProvider
+    from agents.runtime.loop import drive
+    from tests.helpers import call, finish_turn, make_run
+
+    turns = [
+        {"text": "a", "tool_calls": [call("write_file", path="a.txt", content="A\n")]},
+        {"text": "b", "tool_calls": [call("write_file", path="b.txt", content="B\n")]},
+        finish_turn(),
+    ]
+    run = make_run(turns=turns)
+    real, frozen = ScriptedProvider.next_turn, []
+
+    def frozen_in_the_second_call(self, request):
+        turn = real(self, request)
+        if turn.meta.get("script_index") == 1 and not frozen:
+            frozen.append(True)
+            # Meanwhile, its lease runs out and a person rewinds to the run's start.
+            Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now())
+            start = run.checkpoints.get(number=1)
+            rewinds.rewind(run.pk, start.pk, actor="user:olivia", wait_seconds=5)
+        return turn
+
+    monkeypatch.setattr(ScriptedProvider, "next_turn", frozen_in_the_second_call)
+    drive(run.pk)  # wakes: its turn is refused (the lease is gone) and the slice ends
+    rewound = run.events.get(kind="run.rewound")
+    after = list(run.events.filter(seq__gt=rewound.seq).values_list("kind", "actor"))
+    assert not [kind for kind, actor in after if actor == "agent" or kind.startswith("tool.")]
+    assert not (run.workspace_path / "b.txt").exists()  # its call never ran
+    assert not (run.workspace_path / "a.txt").exists()  # the rewound workspace: the start
+
+    monkeypatch.setattr(ScriptedProvider, "next_turn", real)
+    from tests.helpers import drive_until_idle
+
+    run = drive_until_idle(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert (run.workspace_path / "a.txt").read_text() == "A\n"
+    assert (run.workspace_path / "b.txt").read_text() == "B\n"

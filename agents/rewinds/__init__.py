@@ -322,6 +322,11 @@ def _restore(run_id: int, checkpoint: Checkpoint, *, actor: str, note: str) -> D
             head_checkpoint=checkpoint,
             workspace_tree=checkpoint.tree,
             branch_seq=event.seq,
+            # The lease of a worker that let go of the run by running out of time (stopped, say,
+            # in a model call) goes with the rewind: woken, that worker would go on with the
+            # abandoned branch's conversation and workspace. Its next write is refused.
+            lease_owner="",
+            lease_expires_at=None,
             resume_state=ResumeState.from_checkpoint(checkpoint, note).as_json(),
         )
         # Features that keep state beside the run (a fleet's children: agents/fleets/cascade.py).
