@@ -143,9 +143,18 @@ def unsettle(run: Run) -> None:
     effect) unless the run was rewound since: that branch never made the call, so the copy is
     restored (a rewind to the checkpoint of the tree last held kept what the dead call did;
     found by bench/chaos.py)."""
+    if not cached():
+        return
     state = _held_state(run)
     if state.get("tree") and not state.get("unsettled"):
         _write_state(run.pk, {**state, "unsettled": True, "branch": run.branch_seq})
+
+
+def settle(run: Run, tree: str) -> None:
+    """The call's result is committed and it changed nothing: this host's copy is at `tree`
+    (the run's committed tree) again."""
+    if cached() and tree:
+        hold(run, tree)
 
 
 def _write_state(run_id: int, state: dict[str, Any]) -> None:

@@ -86,7 +86,8 @@ def test_host_names_no_one_can_decide_about_are_refused_not_asked() -> None:
     assert [c["decision"] for c in seen] == ["invalid"] * len(bad)
     assert all(c["reason"] and len(c["host"]) <= 300 for c in seen), seen
     assert all(c["host"].isprintable() and c["host"].isascii() for c in seen), seen
-    assert seen[1]["host"] == "evil\\x1b[31m.example"
+    # The proxy's threads record the connections in the order they end, not the order made.
+    assert "evil\\x1b[31m.example" in [c["host"] for c in seen]
 
 
 # --- every attempt is an event of the command that made it --------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import checkpoints, dbconn, hooks, memory, sandbox
+from agents import checkpoints, dbconn, hooks, memory, sandbox, workspaces
 from agents.eventlog import NewEvent
 from agents.models import Approval, ArtifactKind, CheckpointKind, EventKind
 from agents.runtime import ledger
@@ -124,7 +124,7 @@ class Calls:
             writes = name not in READ_ONLY_TOOLS
             if writes:  # a read twice is no second effect
                 ledger.record(s.run_id, block["id"], name)
-                s.unsettle_workspace()
+                workspaces.unsettle(s.run)  # until the result commits (host caches)
             # The gate's validated input, unless a person's edit replaced it: that is checked.
             result = self._sandbox(name, tool_input, validated=cleared.approval is None)
             if cleared.note:
@@ -133,8 +133,8 @@ class Calls:
             # each host's cache): a host lost after the result loses nothing of it.
             state = s.workspace_state() if writes else None
             s.record_result(block, result, state=state)
-            if writes and state is None:
-                s.settle_workspace()  # the call changed nothing: the copy is where it was
+            if writes and state is None:  # it changed nothing: the copy is where it was
+                workspaces.settle(s.run, s.workspace_tree)
             if name == "bash":
                 waiting = self.network.after_command(tool_input["command"])
                 if waiting:  # a new host: a person decides, the run waits at zero compute

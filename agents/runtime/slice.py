@@ -323,18 +323,6 @@ class Slice:
             workspaces.hold(self.run, state.tree, state.bytes_total)
         self.add_result(block, result, appended.events[0])
 
-    def unsettle_workspace(self) -> None:
-        """A call that may change the workspace is about to run (workspaces as each host's
-        cache): this host's copy is at no known tree until its result commits."""
-        if workspaces.cached():
-            workspaces.unsettle(self.run)
-
-    def settle_workspace(self) -> None:
-        """The call's result is committed and it changed nothing: the copy is at the tree it
-        was at."""
-        if workspaces.cached() and self.workspace_tree:
-            workspaces.hold(self.run, self.workspace_tree)
-
     def workspace_state(self) -> SnapshotResult | None:
         """After a call that may have changed the workspace: its new state, stored, when it did
         change and workspaces are each host's cache; else None (no scan with a change feed)."""
