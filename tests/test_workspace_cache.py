@@ -378,3 +378,40 @@ def test_a_call_whose_result_never_committed_leaves_nothing_a_rewind_keeps(cache
     restored = Event.objects.filter(run=run, kind="workspace.restored").get().payload
     assert restored["had"] == "a call's unrecorded changes, and the run was rewound since"
     assert restored["tree"] == start.tree
+
+
+def test_a_merge_its_worker_died_in_leaves_nothing_a_rewind_to_before_it_keeps(cache, monkeypatch):
+    """The same as a call's, for a fleet parent's merge: it writes the children's files after
+    its "before merge" checkpoint (which holds that tree here). A worker that died mid-merge and
+    a rewind to that checkpoint left the next worker here trusting a half-merged copy."""
+    from agents import faults
+    from agents.runtime.loop import drive
+    from tests.helpers import drive_in_a_worker_that_dies
+    from tests.test_fleet import MERGE, child, children_of, spawn, write
+
+    done = [finish_turn()]
+
+    run = drive_until_idle(
+        make_run(
+            turns=[spawn(child("piece", write("new.txt", "N\n"), finish_turn())), MERGE, *done]
+        )
+    )
+    (kid,) = children_of(run)
+    assert drive_until_idle(kid).status == RunStatus.SUCCEEDED
+    drive_in_a_worker_that_dies(
+        run.pk, monkeypatch, faults, "point", lambda name: name == "fleet.merge"
+    )
+    assert (run.workspace_path / "new.txt").exists()  # applied, its result never recorded
+    before = run.checkpoints.get(label__startswith="before merge_children")
+    run.refresh_from_db()
+    assert run.workspace_tree == before.tree
+    Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)  # it expired
+
+    rewinds.rewind(run.pk, before.pk, actor="user:dana")
+    run.refresh_from_db()
+    restored = workspaces.ensure_local(run)
+    assert restored is not None and restored["tree"] == before.tree
+    assert restored["had"] == "a call's unrecorded changes, and the run was rewound since"
+    assert not (run.workspace_path / "new.txt").exists()
+    assert drive(run.pk).status == RunStatus.SUCCEEDED
+    assert not (run.workspace_path / "new.txt").exists()  # this branch never merged

@@ -201,6 +201,9 @@ class Fleet:
             workspaces.restore(s.run, before.tree)
         else:
             s.checkpoint(CheckpointKind.MERGE, label)
+        # Until its result commits the copy here is that checkpoint plus a part of the merge
+        # (workspaces.unsettle, as for any call that writes).
+        workspaces.unsettle(s.run)
         store = workspaces.store()
         events, lines, asked = [], [], []
         for row in rows:

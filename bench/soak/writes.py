@@ -3,8 +3,9 @@ result is on its live branch.
 
 The soak's scripts write `work/fN.txt` (write_file) and append to `log.txt` (`echo turn N >>`).
 Replaying those calls' results on the run's live branch (rewinds leave out what they abandoned)
-gives what the workspace must hold; a call closed as interrupted may or may not have had its
-effect, nor may an append whose command failed, so either is accepted. A fork starts from another run's history, so forks are left out."""
+gives what the workspace must hold. A call closed as interrupted, and an append whose command
+failed, may or may not have had its effect, so either is accepted. A fork starts from another
+run's history, so forks are left out."""
 
 from __future__ import annotations
 
