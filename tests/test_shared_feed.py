@@ -165,6 +165,50 @@ def test_a_real_other_process(worker: Worker) -> None:
         other.wait(timeout=30)
 
 
+def test_the_cache_read_while_the_worker_answers_is_used_only_if_still_its_baseline(
+    worker: Worker, monkeypatch
+) -> None:
+    """A reader reads the cache file while the publisher answers, as the baseline before its
+    request names it. Kept when the answer ends with that baseline; read again (or asked again)
+    when the worker checkpointed in between; the checkpoint is exact either way."""
+    real = journal.load_lazy
+    reads: list[bool] = []
+    pending: list[bool] = []  # whether the reader's request was still unanswered at each read
+
+    def watched(*a, **k):
+        pending.append(any(journal.flush_dir(worker.cache).iterdir()))
+        got = real(*a, **k)
+        reads.append(got is not None)
+        return got
+
+    monkeypatch.setattr(journal, "load_lazy", watched)
+    write(worker.ws, "src/lib/util.py", "x = 3\n")
+    assert worker.borrowed().borrowed
+    assert reads == [True] and pending == [True]  # one read, made while waiting, and used
+
+    # The worker checkpoints between the reader's request and its answer: the early read is
+    # of a cache file that is no longer the baseline.
+    reads.clear()
+    checkpoints = []
+
+    def early(*a, **k):
+        if not checkpoints:
+            write(worker.ws, "docs/more.md", "made while the reader waits\n")
+            checkpoints.append(worker.checkpoint())
+        got = real(*a, **k)
+        reads.append(got is not None)
+        return got
+
+    monkeypatch.setattr(journal, "load_lazy", early)
+    write(worker.ws, "src/app.py", "print('changed')\n")
+    r = worker.borrowed()  # (its tree is checked against a full scan)
+    assert r.borrowed and checkpoints[0].incremental
+    assert len(reads) >= 2 and reads[-1]  # read again as the answer's baseline names it
+    files = worker.snaps.files(r.tree)
+    assert worker.snaps.read(r.tree, "src/app.py") == b"print('changed')\n"
+    assert "docs/more.md" in files
+
+
 def test_no_trusted_journal_means_a_full_scan(worker: Worker, monkeypatch) -> None:
     write(worker.ws, "src/a.txt", "a")
     # The cache file rewritten by someone else since the journal's header: not trusted.

@@ -27,7 +27,10 @@ the header names it, may take the cache's records for every folder not listed. A
 
 A reader never writes the cache file or the journal: what it finds is listed again next time
 (cheap), and the worker's own feed stays trusted. It parses only the cache records it needs
-(`LazyDirs`): the folders listed and their neighbours, not the whole file.
+(`LazyDirs`): the folders listed and their neighbours, not the whole file. It reads the cache
+file while the publisher answers (the baseline before its request names it; kept only if the
+answer ends with that same baseline), looks for the answer without sleeping for its first
+milliseconds, and keeps what it indexed and parsed of a cache file for its next read.
 
 Known limits are the feed's (feed.py): writes through a shared mapping show at close, a change
 through a hard link from outside the workspace is not seen.
@@ -47,6 +50,9 @@ from pathlib import Path
 from agents.snapshots.cache import FolderRecord, StatCache
 
 ACK_TIMEOUT = 0.5  # seconds a reader waits for the publisher before scanning everything
+# A reader looks for its ack without sleeping for the first _SPIN seconds (a publisher answers
+# in a fraction of a millisecond; a sleep's wake-up alone can cost that), then every _POLL.
+_SPIN = 0.002
 _POLL = 0.0002
 MAX_BYTES = 256 * 1024  # a journal is rewritten at a baseline once it is this long
 # A stat cache line's key (JSON-escaped); then, for a record (not a folder gone), its tree.
@@ -137,14 +143,16 @@ class Publisher:
 
 class Borrowed:
     """What a reader learnt: the cache file's identity, the folders changed since (and those
-    with entries not to be trusted), and the folders new since."""
+    with entries not to be trusted), the folders new since, and (when asked to load it) the
+    cache file's records as that identity names them (`cache`, None if it is gone since)."""
 
-    __slots__ = ("cache_id", "deep", "listed")
+    __slots__ = ("cache", "cache_id", "deep", "listed")
 
     def __init__(self, cache_id: tuple[int, int, int], listed: set[str], deep: set[str]):
         self.cache_id = cache_id
         self.listed = listed
         self.deep = deep
+        self.cache: StatCache | None = None
 
 
 def _read(path: Path) -> bytes | None:
@@ -171,9 +179,36 @@ def _pid(data: bytes) -> object:
     return json.loads(data[: data.index(b"\n")]).get("pid")
 
 
-def borrow(cache_path: Path, *, timeout: float = ACK_TIMEOUT) -> Borrowed | None:
+def _last_base(data: bytes) -> tuple[list, int] | None:
+    """The journal's last baseline line, parsed, and where it starts."""
+    at = data.rfind(b'\n["base", ')
+    if at < 0:
+        return None
+    try:
+        line = json.loads(data[at + 1 : data.index(b"\n", at + 1)])
+    except ValueError:
+        return None
+    return line, at + 1
+
+
+def _cache_id(base: list) -> tuple[int, int, int] | None:
+    cache_id = base[1] if len(base) == 3 else None
+    if not (isinstance(cache_id, list) and len(cache_id) == 3):
+        return None
+    return tuple(cache_id)
+
+
+def borrow(
+    cache_path: Path, *, timeout: float = ACK_TIMEOUT, load: bool = False
+) -> Borrowed | None:
     """The folders changed since the cache file at `cache_path` was written, from the journal of
-    the feed that watches its workspace, flushed up to now; None when there is no trusted one."""
+    the feed that watches its workspace, flushed up to now; None when there is no trusted one.
+
+    With `load`, the cache file's records too (`Borrowed.cache`, see load_lazy). They are read
+    while the publisher answers, as the baseline before the request names them: when the answer
+    ends with that same baseline, that read is the one to use (every change since that cache
+    file was written is in the lines after it); else the file is read again as the answer's
+    baseline names it."""
     path = journal_path(cache_path)
     data = _read(path)
     if data is None or not _alive(_pid(data)):
@@ -186,29 +221,39 @@ def borrow(cache_path: Path, *, timeout: float = ACK_TIMEOUT) -> Borrowed | None
         os.close(fd)
     except OSError:
         return None
+    early: tuple[tuple[int, int, int], StatCache | None] | None = None
     try:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        if load and (base := _last_base(data)) is not None and (guess := _cache_id(base[0])):
+            early = guess, load_lazy(cache_path, guess)  # meanwhile: the publisher answers
         while True:
             data = _read(path)
             if data is not None and ack in data:
                 break
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 return None
-            time.sleep(_POLL)
+            if now - started < _SPIN:
+                os.sched_yield()  # the publisher may be waiting for this core
+            else:
+                time.sleep(_POLL)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(request)
-    at = data.rfind(b'\n["base", ')
-    if at < 0:
+    base = _last_base(data)
+    if base is None:
         return None
     try:
-        lines = [json.loads(line) for line in data[at + 1 :].splitlines()]
+        lines = [json.loads(line) for line in data[base[1] :].splitlines()[1:]]
     except ValueError:
         return None
-    _, cache_id, stale = lines[0]
-    listed: set[str] = set(stale)
+    cache_id = _cache_id(base[0])
+    if cache_id is None:
+        return None
+    listed: set[str] = set(base[0][2])
     deep: set[str] = set()
-    for line in lines[1:]:
+    for line in lines:
         kind = line[0]
         if kind == "d":
             listed.add(line[1])
@@ -216,9 +261,14 @@ def borrow(cache_path: Path, *, timeout: float = ACK_TIMEOUT) -> Borrowed | None
             deep.add(line[1])
         elif kind != "ack":
             return None  # lost or closed
-    if not (isinstance(cache_id, list) and len(cache_id) == 3):
-        return None
-    return Borrowed(tuple(cache_id), listed, deep)
+    lent = Borrowed(cache_id, listed, deep)
+    if load:
+        if early is not None and early[0] == cache_id and early[1] is not None:
+            lent.cache = early[1]
+            lent.cache.dirs.stale = set(listed)  # type: ignore[attr-defined]
+        else:
+            lent.cache = load_lazy(cache_path, cache_id, listed)
+    return lent
 
 
 def _alive(pid: object) -> bool:
@@ -240,12 +290,20 @@ class LazyDirs(MutableMapping):
     `stale` is the set of folders whose records hold entries not to be trusted (the journal's
     baseline says which)."""
 
-    def __init__(self, raw: dict[str, bytes], keys: set[str] | None = None):
+    def __init__(
+        self,
+        raw: dict[str, bytes],
+        keys: set[str] | None = None,
+        parsed: dict[str, _LineRecord] | None = None,
+    ):
         self._raw = raw  # key -> its latest line (shared by copies, never changed)
         self._keys = set(raw) if keys is None else keys
         self._recs: dict[str, FolderRecord] = {}
+        # Records already parsed from a line, by key, shared with later reads of the same file
+        # (a record stands for exactly the line object it was parsed from: see __getitem__).
+        self._parsed: dict[str, _LineRecord] = {} if parsed is None else parsed
         self.stale: set[str] = set()
-        self.by_tree: dict[str, set[str]] = {}  # tree digest -> keys of lines naming it
+        self.by_tree: dict[str, frozenset[str]] = {}  # tree digest -> keys of lines naming it
         self._set: set[str] = set()  # keys given a new record (not their line's)
 
     def __getitem__(self, key: str) -> FolderRecord:
@@ -255,10 +313,13 @@ class LazyDirs(MutableMapping):
         if key not in self._keys:
             raise KeyError(key)
         line = self._raw[key]
-        m = _LINE.match(line)
-        if m is None or m.group(2) is None:
-            raise KeyError(key)  # a damaged line: the folder is looked at for real
-        rec = _LineRecord(line, m.group(2).decode(), tuple(map(int, m.group(3, 4, 5, 6))))
+        rec = self._parsed.get(key)
+        if rec is None or rec._line is not line:
+            m = _LINE.match(line)
+            if m is None or m.group(2) is None:
+                raise KeyError(key)  # a damaged line: the folder is looked at for real
+            rec = _LineRecord(line, m.group(2).decode(), tuple(map(int, m.group(3, 4, 5, 6))))
+            self._parsed[key] = rec
         self._recs[key] = rec
         return rec
 
@@ -281,7 +342,7 @@ class LazyDirs(MutableMapping):
         return len(self._keys)
 
     def copy(self) -> LazyDirs:
-        new = LazyDirs(self._raw, set(self._keys))
+        new = LazyDirs(self._raw, set(self._keys), self._parsed)
         new._recs = dict(self._recs)
         new.stale = self.stale
         new.by_tree = self.by_tree
@@ -369,21 +430,25 @@ class _Index:
     keys by tree digest. Kept per file while its inode stays the same: the cache is a log that
     grows by appends (cache.StatCache.sync_to), so the next read indexes only the new lines."""
 
-    __slots__ = ("by_tree", "ino", "raw", "size", "tree_of")
+    __slots__ = ("by_tree", "ino", "parsed", "raw", "size", "tree_of")
 
     def __init__(self, ino: int):
         self.ino = ino
         self.size = 0
         self.raw: dict[str, bytes] = {}
         self.tree_of: dict[str, str] = {}
-        self.by_tree: dict[str, set[str]] = {}
+        self.by_tree: dict[str, frozenset[str]] = {}
+        self.parsed: dict[str, _LineRecord] = {}  # see LazyDirs._parsed
 
     def copy(self) -> _Index:
+        """A copy to add to: the key sets are never changed in place (add() makes new ones),
+        so they are shared, and a copy costs three shallow dict copies."""
         new = _Index(self.ino)
         new.size = self.size
         new.raw = dict(self.raw)
         new.tree_of = dict(self.tree_of)
-        new.by_tree = {d: set(keys) for d, keys in self.by_tree.items()}
+        new.by_tree = dict(self.by_tree)
+        new.parsed = self.parsed
         return new
 
     def add(self, lines: list[bytes]) -> bool:
@@ -400,7 +465,11 @@ class _Index:
                 return False
             old = tree_of.pop(text, None)
             if old is not None:
-                by_tree[old].discard(text)
+                rest = by_tree[old] - {text}
+                if rest:
+                    by_tree[old] = rest
+                else:
+                    del by_tree[old]
             if m.group(2) is None:
                 if len(line) != m.end() or not line.endswith(b"null]"):
                     return False
@@ -409,10 +478,11 @@ class _Index:
             raw[text] = line
             digest = m.group(2).decode()
             tree_of[text] = digest
-            by_tree.setdefault(digest, set()).add(text)
+            by_tree[digest] = by_tree.get(digest, _NONE) | {text}
         return True
 
 
+_NONE: frozenset[str] = frozenset()
 _INDEXES: dict[Path, _Index] = {}
 _INDEXES_MAX = 16
 
@@ -466,7 +536,7 @@ def load_lazy(
     if index is None or "" not in index.raw:
         _INDEXES.pop(cache_path, None)
         return None
-    dirs = LazyDirs(index.raw)
+    dirs = LazyDirs(index.raw, parsed=index.parsed)
     dirs.stale = set(stale)
     dirs.by_tree = index.by_tree
     cache = StatCache()

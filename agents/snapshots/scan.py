@@ -77,6 +77,7 @@ class Scanner:
     def __init__(self, blobs: BlobStoreBackend, hasher: FileHasher):
         self.blobs = blobs
         self.hasher = hasher
+        self._outside: set[tuple[str, str | None]] = set()  # pairs check_outside passed
 
     def snapshot(
         self,
@@ -149,21 +150,28 @@ class Scanner:
         """The cache file's records (parsed on demand) and what changed since, from the journal
         of the feed another process keeps of the workspace; None when there is no trusted one."""
         for _ in range(3):
-            lent = journal.borrow(Path(cache_path))
+            lent = journal.borrow(Path(cache_path), load=True)
             if lent is None:
                 return None
-            cache = journal.load_lazy(Path(cache_path), lent.cache_id, lent.listed)
-            if cache is not None:
-                return cache, ScanPlan(lent.listed, lent.deep, cache.dirs)
+            if lent.cache is not None:
+                return lent.cache, ScanPlan(lent.listed, lent.deep, lent.cache.dirs)
             # The worker rewrote the cache file meanwhile (its own checkpoint): ask again.
         return None
 
     def check_outside(self, workspace: Path, cache_path: Path | None) -> None:
-        # Either inside the workspace would change with every checkpoint (and be checkpointed).
+        """Either inside the workspace would change with every checkpoint (and be checkpointed).
+        A pair of paths that passed is not resolved again (one lstat per part of each path, a
+        noticeable share of a small rewind): they are the harness's own folders."""
+        pair = (os.fspath(workspace), None if cache_path is None else os.fspath(cache_path))
+        if pair in self._outside:
+            return
         ws = workspace.resolve()
         for other, what in ((self.blobs.root, "blob store"), (cache_path, "stat cache")):
             if other is not None and Path(other).resolve().is_relative_to(ws):
                 raise ValueError(f"the {what} ({other}) must be outside the workspace ({ws})")
+        if len(self._outside) >= 1024:
+            self._outside.clear()
+        self._outside.add(pair)
 
     def scan(
         self,
@@ -212,10 +220,15 @@ class Scanner:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 st = os.fstat(fd)
-                probes = [self.blobs.root] if self.blobs.root is not None else []
-                if cache_path is not None:
-                    probes.insert(0, Path(cache_path).parent)
-                trusted = fs_clock(st.st_dev, probes, create=store)
+                if isinstance(old, journal.LazyDirs):
+                    # A borrowed cache's records are never written back (journal.py): none of
+                    # this scan's is kept, so no clock is needed to say which could be.
+                    trusted = 0
+                else:
+                    probes = [self.blobs.root] if self.blobs.root is not None else []
+                    if cache_path is not None:
+                        probes.insert(0, Path(cache_path).parent)
+                    trusted = fs_clock(st.st_dev, probes, create=store)
                 scan = ScanState(old, trusted, live_paths, len(root) + 1, keep_trees or live_paths)
                 if plan is None:
                     top = walk(fd, root, "", scan)
