@@ -3,6 +3,7 @@ a seq, live fan-out from the one tailer, gaps read from the database, lists and 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 
@@ -244,6 +245,48 @@ def test_the_runs_list_gets_new_runs_and_status_changes(owner, outsider):
         assert await nothing_more(theirs)  # an outsider hears nothing of it
         await mine.disconnect()
         await theirs.disconnect()
+
+    async_to_sync(go)()
+
+
+def test_a_row_a_full_channel_turned_away_comes_with_the_socket_s_next_message(owner, monkeypatch):
+    """A list socket far behind (its channel full) when a run's status changes: that change
+    must not be lost for good (it was: a run's last change, turned away, left its row as it
+    was until a reload). The row goes with the next message the socket takes."""
+    from channels.exceptions import ChannelFull
+
+    async def go():
+        mine = Socket(as_user(owner), "/ws/live/runs/?page=1")
+        assert (await mine.connect())[0]
+        a = await database_sync_to_async(make_run)(created_by=owner, goal="the first run")
+        b = await database_sync_to_async(make_run)(created_by=owner, goal="the second run")
+        await receive_until(mine, lambda t: "the first run" in t and "the second run" in t)
+        layer = get_channel_layer()
+        real, turned = layer.send, []
+
+        async def full_for_a(channel, message):
+            runs = message.get("runs", []) if message.get("type") == "runs.changed" else []
+            if not turned and any(r["id"] == a.pk for r in runs):
+                turned.append(channel)
+                raise ChannelFull()
+            return await real(channel, message)
+
+        monkeypatch.setattr(layer, "send", full_for_a)
+        await database_sync_to_async(services.pause_run)(a.pk, actor="user:olivia")
+        for _ in range(200):
+            if turned:
+                break
+            await asyncio.sleep(0.05)
+        assert turned, "the change never reached the fan-out"
+        assert await nothing_more(mine)
+        # What waited on the full channel: the socket's next message (here another run's row).
+        await database_sync_to_async(services.pause_run)(b.pk, actor="user:olivia")
+        got = await receive_until(
+            mine, lambda t: f'<tr id="run-{a.pk}"' in t and f'<tr id="run-{b.pk}"' in t
+        )
+        row_a = got[got.index(f'<tr id="run-{a.pk}"') :]
+        assert "paused" in row_a[: row_a.index("</tr>")]
+        await mine.disconnect()
 
     async_to_sync(go)()
 

@@ -35,6 +35,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     busy = 0  # > 0: connecting or catching up (dashboard.live.fanout sends nothing straight)
     queued_upto = 0  # the last seq dashboard.live.fanout put on this socket's channel
     owed_upto = 0  # a batch up to this seq never reached the socket (dashboard.live.fanout.owe)
+    owed_runs: dict[int, dict[str, Any]] | None = None  # rows a full channel turned away
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels' own, without its aclose_old_connections() before every message: that is
@@ -44,6 +45,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if handler is None:
             raise ValueError(f"no handler for message type {message['type']}")
         await handler(message)
+        if self.owed_runs and message["type"] != "websocket.disconnect":
+            # Rows the fan-out could not put on the full channel (dashboard.live.fanout.owe_rows).
+            runs, self.owed_runs = list(self.owed_runs.values()), None
+            await self.runs_changed({"type": "runs.changed", "runs": runs})
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")

@@ -53,6 +53,7 @@ class Socket(Protocol):
     busy: int  # > 0 while connecting or catching up from the database
     queued_upto: int  # the last seq of the batches put on its channel
     owed_upto: int  # a batch up to this seq never reached it: it reads the log (0: none owed)
+    owed_runs: dict[int, dict[str, Any]] | None  # changed rows its full channel turned away
 
     def rendered(self, events: list[dict[str, Any]]) -> str: ...
 
@@ -200,8 +201,29 @@ async def to_pages(layer, runs: list[dict[str, Any]]) -> None:
         if socket.mode not in {"list", "approvals"} and not approvals:
             continue  # the other pages show only the approval count from this stream
         if socket.sees_all or any(r["owner"] == socket.user.pk for r in runs):
-            with contextlib.suppress(ChannelFull):  # a count or a row: the next one is newer
+            try:
                 await layer.send(socket.channel_name, message)
+            except ChannelFull:
+                # Far behind. A later change of another run does not redraw these rows (and a
+                # run's last change has no later one): they go with the next message it takes.
+                owe_rows(socket, runs)
+
+
+def owe_rows(socket: Socket, runs: list[dict[str, Any]]) -> None:
+    """Keep changed rows for a socket whose channel was full (the consumer sends them once it
+    has taken its next message: its channel is not empty). One entry per run: rows are read
+    from the database when sent, so only the approvals and whether it is new add up."""
+    owed = socket.owed_runs if socket.owed_runs is not None else {}
+    for run in runs:
+        had = owed.get(run["id"])
+        if had is None:
+            owed[run["id"]] = {**run, "approvals": list(run["approvals"])}
+        else:
+            had["seq"] = max(had["seq"], run["seq"])
+            had["created"] = had["created"] or run["created"]
+            had["approvals"] += run["approvals"]
+    socket.owed_runs = owed
+    viewers.stats["rows_owed"] += len(runs)
 
 
 async def resync(layer) -> None:
