@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,9 @@ def test_the_cache_read_while_the_worker_answers_is_used_only_if_still_its_basel
         return got
 
     monkeypatch.setattr(journal, "load_lazy", watched)
+    # The worker answers 50 ms late (a busy worker), so the reader is sure to be waiting.
+    slow = worker.feed._follow
+    monkeypatch.setattr(worker.feed, "_follow", lambda fd: time.sleep(0.05) or slow(fd))
     write(worker.ws, "src/lib/util.py", "x = 3\n")
     assert worker.borrowed().borrowed
     assert reads == [True] and pending == [True]  # one read, made while waiting, and used

@@ -210,27 +210,30 @@ def borrow(
     file was written is in the lines after it); else the file is read again as the answer's
     baseline names it."""
     path = journal_path(cache_path)
-    data = _read(path)
-    if data is None or not _alive(_pid(data)):
-        return None
     name = f"{os.getpid()}-{secrets.token_hex(6)}"
     ack = json.dumps(["ack", name]).encode()
     request = flush_dir(cache_path) / name
     try:
+        # Asked first, read after: the publisher starts on its answer as soon as it can.
         fd = os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         os.close(fd)
     except OSError:
-        return None
+        return None  # no flush folder: no feed ever published here
     early: tuple[tuple[int, int, int], StatCache | None] | None = None
     try:
         started = time.monotonic()
         deadline = started + timeout
-        if load and (base := _last_base(data)) is not None and (guess := _cache_id(base[0])):
+        data = _read(path)
+        if data is None or not _alive(_pid(data)):
+            return None
+        if (
+            load
+            and ack not in data
+            and (base := _last_base(data))
+            and (guess := _cache_id(base[0]))
+        ):
             early = guess, load_lazy(cache_path, guess)  # meanwhile: the publisher answers
-        while True:
-            data = _read(path)
-            if data is not None and ack in data:
-                break
+        while data is None or ack not in data:
             now = time.monotonic()
             if now > deadline:
                 return None
@@ -238,6 +241,7 @@ def borrow(
                 os.sched_yield()  # the publisher may be waiting for this core
             else:
                 time.sleep(_POLL)
+            data = _read(path)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(request)
