@@ -361,14 +361,21 @@ def test_the_reader_indexes_only_what_the_cache_log_gained(worker: Worker):
     first = worker.checkpoint().tree
     assert worker.borrowed().borrowed
     index = journal._INDEXES[worker.cache]
-    assert index.size == worker.cache.stat().st_size
-    assert len(index.by_tree[index.tree_of["twin/a"]]) == 2
+    size = index.size
+    assert size == worker.cache.stat().st_size
+    twin_a = journal._LINE.match(index.line("twin/a", size)).group(2).decode()
+    assert index.by_tree[twin_a] == {"twin/a", "twin/b"}
+    view = journal.load_lazy(worker.cache, journal.identity(worker.cache.stat())).dirs
     write(worker.ws, "twin/a/f.txt", "changed")
     settle()
     worker.checkpoint()  # appends a few lines to the cache file
     again = worker.borrowed()
-    assert again.borrowed and journal._INDEXES[worker.cache].ino == index.ino
-    assert journal._INDEXES[worker.cache].size > index.size
+    assert again.borrowed and journal._INDEXES[worker.cache] is index  # added to, not remade
+    assert index.size > size and len(index.lines["twin/a"]) == 2
+    # A view made before still sees the file as it was then; a new one sees the new lines.
+    assert view["twin/a"].tree == twin_a
+    now = journal.load_lazy(worker.cache, journal.identity(worker.cache.stat())).dirs
+    assert now["twin/a"].tree != twin_a and now["twin/b"].tree == twin_a
     # A rewind by the reader, back to where twin/a and twin/b were alike: exact.
     other = Snapshots(BlobStore(worker.store))
     r = other.restore(first, worker.ws, cache_path=worker.cache, borrow=True)

@@ -43,6 +43,7 @@ import json
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -290,66 +291,78 @@ def _alive(pid: object) -> bool:
 
 
 class LazyDirs(MutableMapping):
-    """A stat cache's records by folder key, each parsed from its line only when asked for.
+    """A stat cache's records by folder key as the file was at one size (a view of the process's
+    index of it, which later reads only add to), each parsed from its line only when asked for.
     `stale` is the set of folders whose records hold entries not to be trusted (the journal's
     baseline says which)."""
 
-    def __init__(
-        self,
-        raw: dict[str, bytes],
-        keys: set[str] | None = None,
-        parsed: dict[str, _LineRecord] | None = None,
-    ):
-        self._raw = raw  # key -> its latest line (shared by copies, never changed)
-        self._keys = set(raw) if keys is None else keys
-        self._recs: dict[str, FolderRecord] = {}
-        # Records already parsed from a line, by key, shared with later reads of the same file
-        # (a record stands for exactly the line object it was parsed from: see __getitem__).
-        self._parsed: dict[str, _LineRecord] = {} if parsed is None else parsed
+    def __init__(self, index: _Index, size: int):
+        self._index = index
+        self._size = size
+        self._recs: dict[str, FolderRecord] = {}  # parsed here, or given by the scan
+        self._gone: set[str] = set()  # keys deleted here
         self.stale: set[str] = set()
-        self.by_tree: dict[str, frozenset[str]] = {}  # tree digest -> keys of lines naming it
         self._set: set[str] = set()  # keys given a new record (not their line's)
+
+    @property
+    def by_tree(self) -> dict[str, frozenset[str]]:
+        """Tree digest -> keys of lines that named it (at any size: check the record's tree)."""
+        return self._index.by_tree
 
     def __getitem__(self, key: str) -> FolderRecord:
         rec = self._recs.get(key)
         if rec is not None:
             return rec
-        if key not in self._keys:
+        line = None if key in self._gone else self._index.line(key, self._size)
+        if line is None:
             raise KeyError(key)
-        line = self._raw[key]
-        rec = self._parsed.get(key)
+        parsed = self._index.parsed
+        rec = parsed.get(key)
         if rec is None or rec._line is not line:
             m = _LINE.match(line)
             if m is None or m.group(2) is None:
                 raise KeyError(key)  # a damaged line: the folder is looked at for real
             rec = _LineRecord(line, m.group(2).decode(), tuple(map(int, m.group(3, 4, 5, 6))))
-            self._parsed[key] = rec
+            parsed[key] = rec
         self._recs[key] = rec
         return rec
 
     def __setitem__(self, key: str, rec: FolderRecord) -> None:
         self._recs[key] = rec
-        self._keys.add(key)
+        self._gone.discard(key)
         self._set.add(key)
 
     def __delitem__(self, key: str) -> None:
-        self._keys.remove(key)
+        if key not in self:
+            raise KeyError(key)
         self._recs.pop(key, None)
+        self._gone.add(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._keys
+        if key in self._recs:
+            return True
+        return (
+            isinstance(key, str)
+            and key not in self._gone
+            and self._index.line(key, self._size) is not None
+        )
+
+    def _all(self) -> set[str]:
+        index, size = self._index, self._size
+        keys = {k for k in list(index.lines) if index.line(k, size) is not None}
+        return (keys - self._gone) | set(self._recs)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._keys))
+        return iter(self._all())
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._all())
 
     def copy(self) -> LazyDirs:
-        new = LazyDirs(self._raw, set(self._keys), self._parsed)
+        new = LazyDirs(self._index, self._size)
         new._recs = dict(self._recs)
+        new._gone = set(self._gone)
         new.stale = self.stale
-        new.by_tree = self.by_tree
         new._set = set(self._set)
         return new
 
@@ -430,35 +443,38 @@ class CountsOf:
 
 
 class _Index:
-    """A stat cache file as indexed by this process: per folder key its latest line, and the
-    keys by tree digest. Kept per file while its inode stays the same: the cache is a log that
-    grows by appends (cache.StatCache.sync_to), so the next read indexes only the new lines."""
+    """A stat cache file as indexed by this process, kept per file while its inode stays the
+    same: the cache is a log that grows by appends (cache.StatCache.sync_to), so a read indexes
+    only the lines added since the last. For each folder key, every line that named it with the
+    offset where that line ends (None for "gone"); a view of the file at size S (LazyDirs) sees
+    a key's last line ending at or before S. Lines are only ever added, so a read never copies
+    the index and never changes what an earlier view sees. `by_tree`: tree digest -> keys of the
+    lines that named it (a view checks the record it finds)."""
 
-    __slots__ = ("by_tree", "ino", "parsed", "raw", "size", "tree_of")
+    __slots__ = ("by_tree", "ino", "lines", "parsed", "size")
 
     def __init__(self, ino: int):
         self.ino = ino
         self.size = 0
-        self.raw: dict[str, bytes] = {}
-        self.tree_of: dict[str, str] = {}
+        self.lines: dict[str, list[tuple[int, bytes | None]]] = {}
         self.by_tree: dict[str, frozenset[str]] = {}
-        self.parsed: dict[str, _LineRecord] = {}  # see LazyDirs._parsed
+        self.parsed: dict[str, _LineRecord] = {}  # records parsed from a key's line, by key
 
-    def copy(self) -> _Index:
-        """A copy to add to: the key sets are never changed in place (add() makes new ones),
-        so they are shared, and a copy costs three shallow dict copies."""
-        new = _Index(self.ino)
-        new.size = self.size
-        new.raw = dict(self.raw)
-        new.tree_of = dict(self.tree_of)
-        new.by_tree = dict(self.by_tree)
-        new.parsed = self.parsed
-        return new
+    def line(self, key: str, size: int) -> bytes | None:
+        """`key`'s line in the file as it was at `size` bytes (None: no such folder then)."""
+        for end, line in reversed(self.lines.get(key, ())):
+            if end <= size:
+                return line
+        return None
 
-    def add(self, lines: list[bytes]) -> bool:
-        """Index `lines` (complete, in file order); False when one cannot be read so."""
-        raw, tree_of, by_tree = self.raw, self.tree_of, self.by_tree
-        for line in lines:
+    def add(self, data: bytes, start: int) -> bool:
+        """Index the complete lines `data` found at offset `start`; False when one cannot be read
+        so (the caller drops the index: what this added is past every view's size)."""
+        lines = self.lines
+        new: dict[str, set[str]] = {}
+        end = start
+        for line in data.split(b"\n")[:-1]:
+            end += len(line) + 1
             m = _LINE.match(line)
             if m is None:
                 return False
@@ -467,60 +483,53 @@ class _Index:
                 text = json.loads(b'"' + key + b'"') if b"\\" in key else key.decode()
             except ValueError:
                 return False
-            old = tree_of.pop(text, None)
-            if old is not None:
-                rest = by_tree[old] - {text}
-                if rest:
-                    by_tree[old] = rest
-                else:
-                    del by_tree[old]
             if m.group(2) is None:
                 if len(line) != m.end() or not line.endswith(b"null]"):
                     return False
-                raw.pop(text, None)
+                lines.setdefault(text, []).append((end, None))
                 continue
-            raw[text] = line
-            digest = m.group(2).decode()
-            tree_of[text] = digest
-            by_tree[digest] = by_tree.get(digest, _NONE) | {text}
+            lines.setdefault(text, []).append((end, line))
+            new.setdefault(m.group(2).decode(), set()).add(text)
+        by_tree = self.by_tree
+        for digest, keys in new.items():  # replaced, never changed: a view may be iterating
+            by_tree[digest] = by_tree.get(digest, _NONE) | keys
         return True
 
 
 _NONE: frozenset[str] = frozenset()
 _INDEXES: dict[Path, _Index] = {}
 _INDEXES_MAX = 16
+_INDEXING = threading.Lock()  # one thread adds to the indexes at a time
 
 
 def _indexed(path: Path, f, st: os.stat_result) -> _Index | None:
-    """The index of the open cache file `f` (stat `st`), from this process's last one when the
-    file has only grown since."""
-    known = _INDEXES.get(path)
+    """The index of the open cache file `f` (stat `st`), this process's last one with the lines
+    added since when the file has only grown."""
     header = StatCache.HEADER.encode() + b"\n"
-    if known is not None and known.ino == st.st_ino and 0 < known.size <= st.st_size:
-        f.seek(known.size - 1)
-        tail = f.read()
-        if len(tail) != st.st_size - known.size + 1 or not tail.startswith(b"\n"):
-            return None
-        index = known.copy()
-        tail = tail[1:]
-    else:
-        tail = f.read()
-        if len(tail) != st.st_size or not tail.startswith(header):
-            return None
-        index = _Index(st.st_ino)
-        tail = tail[len(header) :]
-    if tail and not tail.endswith(b"\n"):
-        return None
-    lines = tail.split(b"\n")
-    lines.pop()
-    if not index.add(lines):
-        return None
-    index.size = st.st_size
-    _INDEXES.pop(path, None)
-    _INDEXES[path] = index
-    while len(_INDEXES) > _INDEXES_MAX:
-        _INDEXES.pop(next(iter(_INDEXES)))
-    return index
+    with _INDEXING:
+        index = _INDEXES.get(path)
+        if index is not None and index.ino == st.st_ino and 0 < index.size <= st.st_size:
+            if index.size < st.st_size:
+                f.seek(index.size - 1)
+                tail = f.read()
+                if len(tail) != st.st_size - index.size + 1 or not tail.startswith(b"\n"):
+                    return None
+                if not tail.endswith(b"\n") or not index.add(tail[1:], index.size):
+                    _INDEXES.pop(path, None)
+                    return None
+        else:
+            data = f.read()
+            if len(data) != st.st_size or not data.startswith(header) or not data.endswith(b"\n"):
+                return None
+            index = _Index(st.st_ino)
+            if not index.add(data[len(header) :], len(header)):
+                return None
+        index.size = st.st_size
+        _INDEXES.pop(path, None)
+        _INDEXES[path] = index
+        while len(_INDEXES) > _INDEXES_MAX:
+            _INDEXES.pop(next(iter(_INDEXES)))
+        return index
 
 
 def load_lazy(
@@ -537,12 +546,10 @@ def load_lazy(
             index = _indexed(cache_path, f, st)
     except OSError:
         return None
-    if index is None or "" not in index.raw:
-        _INDEXES.pop(cache_path, None)
+    if index is None or index.line("", st.st_size) is None:
         return None
-    dirs = LazyDirs(index.raw, parsed=index.parsed)
+    dirs = LazyDirs(index, st.st_size)
     dirs.stale = set(stale)
-    dirs.by_tree = index.by_tree
     cache = StatCache()
     cache.dirs = dirs  # type: ignore[assignment]
     return cache
