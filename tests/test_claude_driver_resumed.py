@@ -71,3 +71,48 @@ def test_a_run_paused_as_its_checks_passed_ends_succeeded_when_its_agent_comes_b
     assert "when the run was resumed" in err
     done = Run.objects.get(pk=run.id)
     assert done.status == RunStatus.SUCCEEDED and done.sessions.count() == 1
+
+
+@pytest.mark.parametrize("cause", ["rewind", "person"])
+def test_a_hook_on_a_run_paused_for_a_rewind_says_a_rewind_is_under_way(
+    cause, shiftlog, tmp_path, monkeypatch, capsys
+):
+    """Claude Code's session ends at its next hook when the run is paused; when the pause is a
+    person's rewind under way, the agent is told that (not "the run is paused")."""
+    import io
+    import json
+
+    from shiftlog_client import Client, claude
+
+    from agents import lifecycle
+    from agents.models import PauseCause
+
+    base, agent_token, _ = shiftlog
+    with Client(base, agent_token, agent=AGENT) as client:
+        run_id = client.create_run("write done.txt", checks=["true"], provider="external").id
+    lifecycle.transition(
+        run_id, RunStatus.PAUSED, actor="user:boss", reason="by a person", cause=PauseCause(cause)
+    )
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps(
+            {
+                "url": base,
+                "token": agent_token,
+                "agent": AGENT,
+                "run": run_id,
+                "root": str(tmp_path),
+            }
+        )
+    )
+    event = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(event)))
+    assert claude.hook(str(state)) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["continue"] is False
+    assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+    if cause == "rewind":
+        assert "rewinding the run to an earlier checkpoint" in answer["stopReason"], answer
+    else:
+        assert answer["stopReason"].startswith("Shiftlog: the run is paused"), answer
+    assert json.loads(state.read_text())["stop"] == answer["stopReason"]

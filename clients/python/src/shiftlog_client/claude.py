@@ -109,7 +109,15 @@ def _why_rewound(rewind: dict[str, Any]) -> str:
     )
 
 
-def _why_stopped(status: str, reason: str = "") -> str:
+def _why_stopped(client: Client, run_id: int, status: str, reason: str = "") -> str:
+    if status == "paused":
+        # Paused for a rewind under way: say so (the next session starts from the checkpoint).
+        with contextlib.suppress(ShiftlogError):
+            if client.get_run(run_id).pause_cause == "rewind":
+                return (
+                    "Shiftlog: a person is rewinding the run to an earlier checkpoint; the "
+                    "session ends and the next starts from there"
+                )
     return f"Shiftlog: the run is {status.replace('_', ' ')}" + (f" ({reason})" if reason else "")
 
 
@@ -128,7 +136,7 @@ def _pre_tool(client: Client, state: dict[str, Any], event: dict[str, Any]) -> d
             # leaves the inbox) and the session ends; a new one starts when the run resumes.
             with contextlib.suppress(ShiftlogError):
                 client.withdraw_tool_call(decision.id)
-            return _stop_call(_why_stopped(decision.run_status), state)
+            return _stop_call(_why_stopped(client, run_id, decision.run_status), state)
         client.heartbeat(run_id)
         decision = client.get_tool_call(decision.id, wait=POLL_WAIT)
     if decision.rewound:
@@ -143,7 +151,7 @@ def _pre_tool(client: Client, state: dict[str, Any], event: dict[str, Any]) -> d
         out["permissionDecisionReason"] = decision.reason or "allowed by Shiftlog"
         return {"hookSpecificOutput": out}
     if decision.run_status in STOPPED:  # paused, cancelled, a budget: the session ends
-        return _stop_call(_why_stopped(decision.run_status, decision.reason), state)
+        return _stop_call(_why_stopped(client, run_id, decision.run_status, decision.reason), state)
     return {
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
@@ -229,7 +237,7 @@ def _on_stop(client: Client, state: dict[str, Any], event: dict[str, Any]) -> di
     if result.passed:
         return {"systemMessage": "Shiftlog: the harness's checks pass; the run succeeded"}
     if result.run_status in STOPPED:
-        return _stop(_why_stopped(result.run_status), state)
+        return _stop(_why_stopped(client, run_id, result.run_status), state)
     failing = [c for c in result.checks if not c.passed]
     lines = [
         f"- `{c.command}` failed (exit {c.exit_code}): {str(c.output or '')[-1500:]}"
@@ -255,11 +263,15 @@ def hook(state_path: str) -> int:
             elif name in ("PostToolUse", "PostToolUseFailure"):
                 status = _post_tool(client, state, event, name == "PostToolUseFailure")
                 status = _sync_usage(client, state_file, event.get("transcript_path")) or status
-                answer = _stop(_why_stopped(status), state) if status in STOPPED else {}
+                answer = (
+                    _stop(_why_stopped(client, state["run"], status), state)
+                    if status in STOPPED
+                    else {}
+                )
             elif name == "Stop":
                 status = _sync_usage(client, state_file, event.get("transcript_path"))
                 answer = (
-                    _stop(_why_stopped(status), state)
+                    _stop(_why_stopped(client, state["run"], status), state)
                     if status in STOPPED
                     else _on_stop(client, state, event)
                 )
