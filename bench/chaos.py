@@ -251,8 +251,11 @@ def _mark_finished(person: Person, viewers: Viewers) -> None:
         return dict(done.values_list("pk", "last_seq"))
 
     finished = person.attempt("read", read)
-    if finished:
-        viewers.finished_runs.update(finished)
+    for run_id, last_seq in (finished or {}).items():
+        # The log's last seq when the run was first seen over, kept: a viewer leaves then, and
+        # what a person's late act appends afterwards (a refused rewind's error) is not its to
+        # see (a later read overwrote it: the soak then reported that event missing).
+        viewers.finished_runs.setdefault(run_id, last_seq)
 
 
 def _viewers_caught_up(viewers: Viewers) -> bool:
