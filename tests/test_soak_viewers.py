@@ -54,5 +54,8 @@ def test_an_event_appended_after_a_viewer_saw_the_run_end_is_not_its_to_see():
     assert last == ended_at + 1
     upto = min(last, viewers.finished_runs[run.pk])  # as bench/soak/account.py counts
     assert watch.problems(upto) == 0
+    # One still there when the late event came got it too: no problem either.
+    assert Watch(run.pk, seqs=list(range(1, last + 1))).problems(upto) == 0
+    assert Watch(run.pk, seqs=[*range(1, last + 1), last]).problems(upto) >= 1  # doubled
     # A viewer that missed an event before the end is still caught.
     assert Watch(run.pk, seqs=list(range(1, ended_at))).problems(upto) == 1
