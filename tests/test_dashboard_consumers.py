@@ -291,6 +291,49 @@ def test_a_row_a_full_channel_turned_away_comes_with_the_socket_s_next_message(o
     async_to_sync(go)()
 
 
+def test_a_resync_a_full_channel_turned_away_comes_with_the_socket_s_next_message(
+    owner, monkeypatch
+):
+    """The feed missed a while (Redis went away) and every page must read again: a list page
+    whose channel is full then must not lose its read for good (it did: only run pages kept
+    theirs). It reads the list and the count again after the next message it takes."""
+    from channels.exceptions import ChannelFull
+
+    from agents.models import Run
+
+    async def go():
+        mine = Socket(as_user(owner), "/ws/live/runs/?page=1")
+        assert (await mine.connect())[0]
+        a = await database_sync_to_async(make_run)(created_by=owner, goal="the first run")
+        b = await database_sync_to_async(make_run)(created_by=owner, goal="the second run")
+        await receive_until(mine, lambda t: "the first run" in t and "the second run" in t)
+        # A change nobody here heard of (published while the feed was away).
+        await database_sync_to_async(
+            lambda: Run.objects.filter(pk=a.pk).update(goal="changed while Redis was away")
+        )()
+        layer = get_channel_layer()
+        real = layer.send
+
+        async def full_for_resync(channel, message):
+            if message.get("type") == "live.resync":
+                raise ChannelFull()
+            return await real(channel, message)
+
+        monkeypatch.setattr(layer, "send", full_for_resync)
+        await fanout.resync(layer)
+        assert await nothing_more(mine)
+        # What waited on the full channel: the socket's next message (here another run's row).
+        await database_sync_to_async(services.pause_run)(b.pk, actor="user:olivia")
+        got = await receive_until(mine, lambda t: "changed while Redis was away" in t)
+        assert 'id="approval-count"' in got  # the header's count is read again too
+        row_a = got[got.index(f'<tr id="run-{a.pk}"') :]
+        assert "changed while Redis was away" in row_a[: row_a.index("</tr>")]
+        assert fanout.viewers.stats["resyncs_owed"] >= 1
+        await mine.disconnect()
+
+    async_to_sync(go)()
+
+
 def test_waiting_approvals_reach_the_header_count_and_the_inbox(owner, viewer):
     async def go():
         header = Socket(as_user(viewer), "/ws/live/")

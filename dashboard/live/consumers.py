@@ -36,6 +36,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     queued_upto = 0  # the last seq dashboard.live.fanout put on this socket's channel
     owed_upto = 0  # a batch up to this seq never reached the socket (dashboard.live.fanout.owe)
     owed_runs: dict[int, dict[str, Any]] | None = None  # rows a full channel turned away
+    owed_resync = False  # a resync a full channel turned away (dashboard.live.fanout.resync)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels' own, without its aclose_old_connections() before every message: that is
@@ -45,7 +46,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if handler is None:
             raise ValueError(f"no handler for message type {message['type']}")
         await handler(message)
-        if self.owed_runs and message["type"] != "websocket.disconnect":
+        if message["type"] == "websocket.disconnect":
+            return
+        if self.owed_resync:
+            # A resync the fan-out could not put on the full channel (dashboard.live.fanout.resync).
+            self.owed_resync = False
+            await self.live_resync({"type": "live.resync"})
+        if self.owed_runs:
             # Rows the fan-out could not put on the full channel (dashboard.live.fanout.owe_rows).
             runs, self.owed_runs = list(self.owed_runs.values()), None
             await self.runs_changed({"type": "runs.changed", "runs": runs})

@@ -54,6 +54,7 @@ class Socket(Protocol):
     queued_upto: int  # the last seq of the batches put on its channel
     owed_upto: int  # a batch up to this seq never reached it: it reads the log (0: none owed)
     owed_runs: dict[int, dict[str, Any]] | None  # changed rows its full channel turned away
+    owed_resync: bool  # its full channel turned a resync away: it reads again after its next
 
     def rendered(self, events: list[dict[str, Any]]) -> str: ...
 
@@ -234,9 +235,13 @@ async def resync(layer) -> None:
     for socket in list(viewers.pages):
         try:
             await layer.send(socket.channel_name, {"type": "live.resync"})
-        except ChannelFull:  # far behind: it reads the log once it has taken what waits
+        except ChannelFull:
+            # Far behind: it reads again (its run's log, the side panels, the count, the lists)
+            # once it has taken its next message (its channel is not empty).
             if socket.run_id is not None:
                 socket.owed_upto = max(socket.owed_upto, socket.last_seq + 1)
+            socket.owed_resync = True
+            viewers.stats["resyncs_owed"] += 1
 
 
 def backlog(layer) -> int:
