@@ -177,7 +177,7 @@ def test_the_cache_read_while_the_worker_answers_is_used_only_if_still_its_basel
     pending: list[bool] = []  # whether the reader's request was still unanswered at each read
 
     def watched(*a, **k):
-        pending.append(any(journal.flush_dir(worker.cache).iterdir()))
+        pending.append(unanswered(worker))
         got = real(*a, **k)
         reads.append(got is not None)
         return got
@@ -211,6 +211,100 @@ def test_the_cache_read_while_the_worker_answers_is_used_only_if_still_its_basel
     files = worker.snaps.files(r.tree)
     assert worker.snaps.read(r.tree, "src/app.py") == b"print('changed')\n"
     assert "docs/more.md" in files
+
+
+def in_fifo(worker: Worker) -> int:
+    """Bytes readers wrote to the publisher's FIFO that it has not read yet."""
+    import fcntl
+    import struct
+    import termios
+
+    fd = worker.feed._publisher.fifo_fd
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def unanswered(worker: Worker) -> bool:
+    """Whether a reader's request waits: a name in the publisher's FIFO, or a request file."""
+    files = [p for p in journal.flush_dir(worker.cache).iterdir() if not p.name.endswith(".fifo")]
+    return in_fifo(worker) > 0 or bool(files)
+
+
+def test_a_reader_asks_through_the_publisher_s_fifo_once_it_has_read_the_header(
+    worker: Worker, monkeypatch
+) -> None:
+    """A request made as a file is what a borrow costs most: after its first (which reads the
+    header), a reader writes its name to the publisher's FIFO and makes no file."""
+    made: list[str] = []
+    real = journal._ask_by_file
+    monkeypatch.setattr(journal, "_ask_by_file", lambda f, n: made.append(n) or real(f, n))
+    header = json.loads(journal.journal_path(worker.cache).read_text().splitlines()[0])
+    fifo = journal.flush_dir(worker.cache) / header["fifo"]
+    assert fifo.is_fifo()
+    journal._FIFOS.clear()  # this process has not read the header yet
+    write(worker.ws, "src/a.txt", "a")
+    assert worker.borrowed().borrowed and len(made) == 1
+    for n in range(3):
+        write(worker.ws, f"docs/n{n}.md", "n")
+        r = worker.borrowed()
+        assert r.borrowed and r.listed_dirs <= 3
+    assert len(made) == 1  # asked through the FIFO
+    assert list(journal.flush_dir(worker.cache).iterdir()) == [fifo]  # nothing left behind
+    # Its publisher gone (the FIFO still there, nobody reads it: a killed worker's): the
+    # reader makes a file instead, and a full scan follows (a closed journal).
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # keep the name: the feed removes it
+    os.link(fifo, fifo.with_name("kept"))
+    os.close(fd)
+    worker.feed.close()
+    os.rename(fifo.with_name("kept"), fifo)
+    write(worker.ws, "src/b.txt", "b")
+    assert not worker.borrowed().borrowed and len(made) == 2
+    # The next publisher removes the FIFO nobody reads.
+    worker.feed = ChangeFeed(worker.ws)
+    assert not worker.checkpoint().incremental
+    names = sorted(p.name for p in journal.flush_dir(worker.cache).iterdir())
+    assert names == [worker.feed._publisher.fifo] and names != [fifo.name]
+
+
+def test_a_name_in_the_fifo_is_acked_after_every_change_made_before_it(
+    worker: Worker, monkeypatch
+) -> None:
+    """A reader's name is read from the FIFO once the publisher's queue is empty, and acked
+    once it has been read empty again: two requests in one batch of events with a change
+    between them (the publisher was busy) must not both be acked before that change."""
+    import threading
+
+    write(worker.ws, "src/app.py", "print('new baseline')\n")
+    assert worker.checkpoint().incremental
+    assert worker.borrowed().borrowed  # (the header read: later requests go to the FIFO)
+    busy = threading.Event()
+    slow = worker.feed._follow
+    monkeypatch.setattr(worker.feed, "_follow", lambda fd: busy.wait(10) and slow(fd))
+    results: dict[str, journal.Borrowed | None] = {}
+
+    def ask(who: str) -> threading.Thread:
+        before = in_fifo(worker)
+        t = threading.Thread(target=lambda: results.update({who: journal.borrow(worker.cache)}))
+        t.start()
+        deadline = time.monotonic() + 5
+        while in_fifo(worker) == before:
+            assert time.monotonic() < deadline, f"{who} never asked through the FIFO"
+            time.sleep(0.001)
+        return t
+
+    first = ask("first")
+    write(worker.ws, "docs/late.md", "written after the first request, before the second\n")
+    second = ask("second")
+    busy.set()
+    first.join(10)
+    second.join(10)
+    assert results["first"] is not None and results["second"] is not None
+    assert "docs" in results["second"].listed
+    # The invariant itself: the second request's answer comes after the change made before it
+    # (a reader may read further than its answer, so the lines are checked, not only `listed`).
+    lines = [json.loads(x) for x in journal.journal_path(worker.cache).read_text().splitlines()]
+    lines = lines[1:]  # after the header
+    acks = [n for n, line in enumerate(lines) if line[0] == "ack"]
+    assert lines.index(["d", "docs"]) < acks[-1]
 
 
 def test_no_trusted_journal_means_a_full_scan(worker: Worker, monkeypatch) -> None:

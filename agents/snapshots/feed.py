@@ -133,6 +133,7 @@ class ChangeFeed:
         self._lines: list[list[str]] = []
         self._published: set[tuple[str, str]] = set()
         self._followed = False  # the process's follower reads our queue (_Follower)
+        self._asked = False  # a reader wrote to the publisher's FIFO: read it (_drain)
         with self._lock:
             self._start()
         if self._lost is not None and not self._rel:
@@ -182,6 +183,7 @@ class ChangeFeed:
         with self._lock:
             if self._publisher is not None and not self.closed and os.getpid() == self.pid:
                 self._publisher.append([["closed"]])
+                self._publisher.close()
             self.closed = True
             if self._inotify is not None and os.getpid() == self.pid:
                 if self._followed:
@@ -200,6 +202,11 @@ class ChangeFeed:
             return
         path, cache_id = disk
         if self._publisher is None or self._publisher.cache_path != path:
+            if self._publisher is not None:
+                self._publisher.close()
+                if self._flush_wd is not None:
+                    with contextlib.suppress(OSError):
+                        self._inotify.rm_watch(self._flush_wd)
             self._publisher = Publisher(path)
             self._flush_wd = None
         publisher = self._publisher
@@ -220,11 +227,12 @@ class ChangeFeed:
         if self._flush_wd is None:
             try:
                 self._flush_wd = self._inotify.add_watch(
-                    publisher.flush, int(F.CREATE | F.ONLYDIR | F.DONT_FOLLOW)
+                    publisher.flush, int(F.CREATE | F.CLOSE_WRITE | F.ONLYDIR | F.DONT_FOLLOW)
                 )
             except OSError as e:
                 publisher.append([["lost", f"cannot watch the flush folder: {e.strerror}"]])
                 return
+            self._asked = True  # a name written before the watch: read at the next drain
         if not self._followed:
             self._followed = True
             FOLLOWER.follow(self._inotify.fileno(), self)
@@ -275,12 +283,21 @@ class ChangeFeed:
             FOLLOWER.follow(self._inotify.fileno(), self)
 
     def _drain(self) -> None:
+        """Read the queue until it is empty. Names readers wrote to the FIFO are read once it is,
+        and acked once the queue has been read empty again after that: a change made before a
+        name was written was queued before it (journal.py)."""
+        names: list[str] = []
         while self._inotify is not None:
             events = self._inotify.read(timeout=0)
             if not events:
-                break
+                if not self._asked or self._publisher is None:
+                    break
+                self._asked = False
+                names += self._publisher.requests()
+                continue
             for event in events:
                 self._handle(event.wd, event.mask, event.name)
+        self._lines += [["ack", name] for name in names]
         self._write_lines()
 
     def _handle(self, wd: int, mask: int, name: str) -> None:
@@ -288,9 +305,12 @@ class ChangeFeed:
             self._lose("the inotify event queue overflowed")
             return
         if wd == self._flush_wd and wd is not None:
-            # A reader asks for the journal up to now: every earlier event is handled above.
+            # A reader asks for the journal up to now: by making a file (every earlier event is
+            # handled above), or through the FIFO (read once the queue is empty: _drain).
             if mask & _CAME and name:
                 self._lines.append(["ack", name])
+            elif name and self._publisher is not None and name == self._publisher.fifo:
+                self._asked = True
             return
         rel = self._wd.get(wd)
         if rel is None:  # a watch already removed
