@@ -325,7 +325,7 @@ def test_no_trusted_journal_means_a_full_scan(worker: Worker, monkeypatch) -> No
     # A publisher that does not answer (gone): a full scan after the timeout.
     assert not worker.checkpoint().incremental
     monkeypatch.setattr(journal, "ACK_TIMEOUT", 0.05)
-    worker.feed._flush_wd = -1  # the flush requests go unseen
+    monkeypatch.setattr(worker.feed, "_follow", lambda fd: None)  # a publisher that hangs
     write(worker.ws, "src/d.txt", "d")
     assert journal.borrow(worker.cache, timeout=0.05) is None
     assert not worker.borrowed().borrowed

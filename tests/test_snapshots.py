@@ -319,6 +319,31 @@ def test_same_size_rewrite_right_after_a_checkpoint_is_seen(
         assert snaps.read(after.tree, "f.txt") == b"%04d" % i
 
 
+def test_the_filesystem_s_clock_is_a_kept_file_s_mtime_set_to_now(tmp_path: Path):
+    """Which records are trusted is decided by the filesystem's own "now" (its clock, its
+    granularity): a file's mtime set to now, as a new file's would be. One file is kept for it
+    per folder; it is not made again on every checkpoint."""
+    from agents.snapshots import scan
+
+    folder = tmp_path / "meta"
+    dev = tmp_path.stat().st_dev
+    clocks = []
+    for _ in range(5):
+        before = os.stat(write(tmp_path, f"before{len(clocks)}", "x")).st_mtime_ns
+        clocks.append(scan.fs_clock(dev, [folder], create=True))
+        after = os.stat(write(tmp_path, f"after{len(clocks)}", "x")).st_mtime_ns
+        assert before <= clocks[-1] <= after
+    assert clocks == sorted(clocks)
+    assert [p.name for p in folder.iterdir()] == [".clock"]
+    # A folder on another device is no clock for this one: the fallback (well in the past).
+    assert scan.fs_clock(dev + 1, [folder], create=False) < time.time_ns() - 10**9
+    # Its folder removed and made again: still the filesystem's clock.
+    (folder / ".clock").unlink()
+    folder.rmdir()
+    now = scan.fs_clock(dev, [folder], create=True)
+    assert clocks[-1] <= now <= os.stat(write(tmp_path, "last", "x")).st_mtime_ns
+
+
 def test_rewrite_that_keeps_size_and_mtime_is_seen(snaps: Snapshots, ws: Path, tmp_path: Path):
     # What `cp -p` or `tar x` over an existing file does: same inode, size and mtime.
     cache = tmp_path / "cache.json"
