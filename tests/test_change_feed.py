@@ -6,6 +6,7 @@ Plain pytest on real folders and real inotify; the runtime test at the end drive
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -178,6 +179,69 @@ def test_random_changes_match_a_full_scan(tmp_path: Path, seed: int) -> None:
             b.checkpoint()
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cache_file_holds_what_each_checkpoint_and_rewind_kept(
+    tmp_path: Path, seed: int, monkeypatch
+) -> None:
+    """A checkpoint appends only the lines of the folders its records changed (cache.Records
+    keeps which), and keeps which records are stale and the trees by digest the same way. After
+    every checkpoint and rewind of random changes, the file read afresh must hold exactly the
+    records in memory (another process trusts it without looking), the stale keys must be
+    those of the stale records, and every record must be in the index by its digest."""
+    from agents.snapshots import cache as caches
+
+    fast: list[bool] = []
+    real = caches.StatCache._changed_since_sync
+    monkeypatch.setattr(
+        caches.StatCache,
+        "_changed_since_sync",
+        lambda self, dirs: fast.append((got := real(self, dirs)) is not None) or got,
+    )
+    rng = random.Random(seed)
+    b = Box(tmp_path)
+
+    def check() -> None:
+        mem = caches.load_cache(b.cache)
+        assert isinstance(mem.dirs, caches.Records)
+        disk = caches.StatCache.load(b.cache)
+        assert disk.dirs is not mem.dirs
+        assert {k: r.to_line(k) for k, r in disk.dirs.items()} == {
+            k: r.to_line(k) for k, r in mem.dirs.items()
+        }
+        assert mem.dirs.stale_keys() == {k for k, r in mem.dirs.items() if r.stale}
+        if mem.dirs.trees is not None:
+            assert all(mem.dirs.trees[r.tree].tree == r.tree for r in mem.dirs.values())
+
+    try:
+        trees = [b.checkpoint(incremental=False).tree]
+        for n in range(30):
+            for _ in range(rng.randrange(1, 4)):
+                with contextlib.suppress(OSError):  # (a move onto a dangling link, a link loop)
+                    _random_change(b.ws, rng)
+            if n % 4 == 3:
+                # A rewind through the feed: what it wrote is marked stale in its records.
+                target = rng.choice(trees)
+                b.snaps.restore(target, b.ws, cache_path=b.cache, feed=b.feed)
+                assert b.snaps.snapshot(b.ws).tree == target
+            else:
+                trees.append(b.checkpoint().tree)
+            check()
+            if n % 3 == 2:
+                # A record changed in place (StatCache.discard), written at once or only with
+                # the next checkpoint, which starts from these records.
+                mem = caches.load_cache(b.cache)
+                some = sorted(mem.dirs)[rng.randrange(len(mem.dirs))]
+                rec = mem.dirs[some]
+                if rec.keys:
+                    mem.dirs[some] = rec.with_stale([0])
+                    if n % 2:
+                        mem.sync_to(b.cache)
+                        check()
+    finally:
+        b.close()
+    assert fast.count(True) >= 20  # (each checkpoint after the first compared what changed)
 
 
 def _random_change(ws: Path, rng: random.Random) -> None:

@@ -221,7 +221,10 @@ class ChangeFeed:
             self._write_lines()
             return
         self._published = {(k, v) for k, v in keys}
-        stale = [k for k, rec in cache.dirs.items() if rec.stale]
+        stale_keys = getattr(cache.dirs, "stale_keys", None)  # cache.Records: kept as it changes
+        stale = (
+            sorted(stale_keys()) if stale_keys else [k for k, r in cache.dirs.items() if r.stale]
+        )
         if not publisher.baseline(list(cache_id), stale, keys):
             return
         if self._flush_wd is None:

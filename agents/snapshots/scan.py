@@ -53,7 +53,14 @@ from agents.blobstore import BlobStoreBackend
 from agents.snapshots import journal
 from agents.snapshots.beneath import open_beneath
 from agents.snapshots.build import build
-from agents.snapshots.cache import FolderRecord, StatCache, join_key, keep_cache, load_cache
+from agents.snapshots.cache import (
+    FolderRecord,
+    Records,
+    StatCache,
+    join_key,
+    keep_cache,
+    load_cache,
+)
 from agents.snapshots.feed import ChangeFeed
 from agents.snapshots.hashing import FileHasher
 from agents.snapshots.results import SnapshotResult
@@ -251,6 +258,11 @@ class Scanner:
                 if isinstance(scan.new, journal.LazyDirs):
                     # A borrowed cache: look records up by digest only when asked.
                     scan.trees = journal.TreesOf(scan.new, scan.trees)
+                    scan.counts = journal.CountsOf(scan.trees)
+                elif isinstance(scan.new, Records):
+                    # The index its copies share (what it set is in it already, and an entry
+                    # is never wrong: a digest names its content).
+                    scan.trees = scan.new.tree_index()
                     scan.counts = journal.CountsOf(scan.trees)
                 else:
                     for rec in scan.new.values():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from agents.snapshots.cache import FolderRecord
+from agents.snapshots.cache import FolderRecord, Records
 
 
 class ScannedFolder:
@@ -99,7 +99,7 @@ class ScanState:
         keep_trees: bool,
     ):
         self.old = old
-        self.new: dict[str, FolderRecord] = {}
+        self.new: dict[str, FolderRecord] = Records()
         self.trusted_before = trusted_before
         self.strip = strip
         self.pending: list[PendingFile] = []
