@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agents.blobstore import BlobStore
-from agents.snapshots import ChangeFeed, Snapshots, journal
+from agents.snapshots import ChangeFeed, Snapshots, journal, lazy
 from tests.test_snapshots import describe, settle, write
 
 REPO = Path(__file__).resolve().parent.parent
@@ -213,6 +213,55 @@ def test_the_cache_read_while_the_worker_answers_is_used_only_if_still_its_basel
     assert "docs/more.md" in files
 
 
+def test_a_rewind_scans_the_workspace_while_the_worker_answers(worker: Worker, monkeypatch) -> None:
+    """A rewind from another process scans the workspace with what the journal says so far
+    while the worker answers, and uses that scan when the answer names the same folders; a
+    change the answer brings (made meanwhile) means a scan with the answer's plan: the rewind
+    is exact either way."""
+    from agents.snapshots import scan as scans
+
+    target = worker.checkpoint().tree
+    exact = describe(worker.ws)
+    scanned: list[bool] = []
+    real_scan = scans.Scanner.scan
+    monkeypatch.setattr(
+        scans.Scanner,
+        "scan",
+        lambda self, *a, **k: scanned.append(k.get("plan") is not None) or real_scan(self, *a, **k),
+    )
+    # The worker answers 50 ms late (a busy worker), so the reader is sure to be waiting.
+    slow = worker.feed._follow
+    monkeypatch.setattr(worker.feed, "_follow", lambda fd: time.sleep(0.05) or slow(fd))
+    other = Snapshots(BlobStore(worker.store))
+    assert other.snapshot(worker.ws, cache_path=worker.cache, borrow=True).borrowed  # (header)
+    write(worker.ws, "src/lib/util.py", "x = 2\n")
+    deadline = time.monotonic() + 5
+    while b'["d", "src/lib"]' not in journal.journal_path(worker.cache).read_bytes():
+        assert time.monotonic() < deadline, "the worker's journal never followed the change"
+        time.sleep(0.01)  # (the worker's journal follows: the change is in it before the rewind)
+    scanned.clear()
+    assert other.restore(target, worker.ws, cache_path=worker.cache, borrow=True).incremental
+    assert describe(worker.ws) == exact
+    assert scanned == [True]  # one scan: the one made while waiting
+
+    # A file made while the reader waits (after its request, before the answer): the answer
+    # names its folder, so the scan made meanwhile (which did not look there) is not used.
+    write(worker.ws, "src/lib/util.py", "x = 3\n")
+    real_load = journal.load_lazy
+    made: list[str] = []
+
+    def load_then_write(*a, **k):
+        if not made:
+            made.append(write(worker.ws, "docs/made-meanwhile.md", "after the request\n"))
+        return real_load(*a, **k)
+
+    monkeypatch.setattr(journal, "load_lazy", load_then_write)
+    scanned.clear()
+    assert other.restore(target, worker.ws, cache_path=worker.cache, borrow=True).incremental
+    assert made and describe(worker.ws) == exact  # the file made meanwhile removed too
+    assert scanned == [True, True]  # the scan made meanwhile, then the answer's
+
+
 def in_fifo(worker: Worker) -> int:
     """Bytes readers wrote to the publisher's FIFO that it has not read yet."""
     import fcntl
@@ -350,7 +399,7 @@ def test_a_closed_feed_and_no_feed_at_all(tmp_path: Path) -> None:
 def test_lazy_records_read_only_what_they_need(worker: Worker) -> None:
     worker.checkpoint()
     lent = journal.borrow(worker.cache)
-    cache = journal.load_lazy(worker.cache, lent.cache_id)
+    cache = lazy.load_lazy(worker.cache, lent.cache_id)
     dirs = cache.dirs
     assert set(dirs) == {"", "src", "src/lib", "docs"}
     assert dirs._recs == {}
@@ -359,7 +408,7 @@ def test_lazy_records_read_only_what_they_need(worker: Worker) -> None:
     copy = dirs.copy()
     del copy["docs"]
     assert "docs" in dirs and "docs" not in copy
-    assert journal.load_lazy(worker.cache, (0, 0, 0)) is None
+    assert lazy.load_lazy(worker.cache, (0, 0, 0)) is None
 
 
 # --- from the web and the CLI, with a worker process watching the run's workspace --------------
@@ -454,21 +503,21 @@ def test_the_reader_indexes_only_what_the_cache_log_gained(worker: Worker):
     settle()
     first = worker.checkpoint().tree
     assert worker.borrowed().borrowed
-    index = journal._INDEXES[worker.cache]
+    index = lazy._INDEXES[worker.cache]
     size = index.size
     assert size == worker.cache.stat().st_size
-    twin_a = journal._LINE.match(index.line("twin/a", size)).group(2).decode()
+    twin_a = lazy._LINE.match(index.line("twin/a", size)).group(2).decode()
     assert index.by_tree[twin_a] == {"twin/a", "twin/b"}
-    view = journal.load_lazy(worker.cache, journal.identity(worker.cache.stat())).dirs
+    view = lazy.load_lazy(worker.cache, lazy.identity(worker.cache.stat())).dirs
     write(worker.ws, "twin/a/f.txt", "changed")
     settle()
     worker.checkpoint()  # appends a few lines to the cache file
     again = worker.borrowed()
-    assert again.borrowed and journal._INDEXES[worker.cache] is index  # added to, not remade
+    assert again.borrowed and lazy._INDEXES[worker.cache] is index  # added to, not remade
     assert index.size > size and len(index.lines["twin/a"]) == 2
     # A view made before still sees the file as it was then; a new one sees the new lines.
     assert view["twin/a"].tree == twin_a
-    now = journal.load_lazy(worker.cache, journal.identity(worker.cache.stat())).dirs
+    now = lazy.load_lazy(worker.cache, lazy.identity(worker.cache.stat())).dirs
     assert now["twin/a"].tree != twin_a and now["twin/b"].tree == twin_a
     # A rewind by the reader, back to where twin/a and twin/b were alike: exact.
     other = Snapshots(BlobStore(worker.store))
@@ -483,7 +532,7 @@ def test_the_reader_indexes_only_what_the_cache_log_gained(worker: Worker):
     assert not worker.checkpoint().incremental
     write(worker.ws, "twin/c/newer", "n")
     assert worker.borrowed().borrowed
-    assert journal._INDEXES[worker.cache].ino == worker.cache.stat().st_ino
+    assert lazy._INDEXES[worker.cache].ino == worker.cache.stat().st_ino
 
 
 def test_one_thread_follows_every_feed_even_past_descriptor_1024(tmp_path: Path) -> None:

@@ -65,16 +65,18 @@ class Restorer:
         self.scanner.check_outside(workspace, cache_path)
         lent = None
         if borrow and feed is None and cache is None and cache_path is not None:
-            lent = self.scanner.borrowed(cache_path)
+            # The workspace is scanned while the watching worker answers (journal.borrow).
+            lent = self.scanner.borrowed(cache_path, workspace=workspace)
+        scanned = None
         if lent is not None:
-            cache, scan_plan = lent
+            cache, scan_plan, scanned = lent
         else:
             if cache is None:
                 cache = load_cache(cache_path)
             scan_plan = self.scanner.plan(workspace, feed, cache) if feed is not None else None
         with self.blobs.lock():
-            current = None
-            if os.path.isdir(workspace):
+            current = scanned
+            if current is None and os.path.isdir(workspace):
                 current = self.scanner.scan(
                     workspace, cache, cache_path, store=False, keep_trees=True, plan=scan_plan
                 )

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from agents.blobstore import BlobStoreBackend
-from agents.snapshots import journal
+from agents.snapshots import journal, lazy
 from agents.snapshots.beneath import open_beneath
 from agents.snapshots.build import build
 from agents.snapshots.cache import (
@@ -110,7 +110,7 @@ class Scanner:
         if borrow and feed is None and cache is None and cache_path is not None:
             lent = self.borrowed(cache_path)
         if lent is not None:
-            cache, plan = lent
+            cache, plan, _ = lent
         else:
             if cache is None:
                 cache = load_cache(cache_path)
@@ -152,16 +152,30 @@ class Scanner:
         listed, deep = changes.keys()
         return ScanPlan(listed, deep, cache.dirs)
 
-    @staticmethod
-    def borrowed(cache_path: Path) -> tuple[StatCache, ScanPlan] | None:
+    def borrowed(
+        self, cache_path: Path, *, workspace: Path | None = None
+    ) -> tuple[StatCache, ScanPlan, ScanState | None] | None:
         """The cache file's records (parsed on demand) and what changed since, from the journal
-        of the feed another process keeps of the workspace; None when there is no trusted one."""
+        of the feed another process keeps of the workspace; None when there is no trusted one.
+        With `workspace`, the scan a restore makes of it (store=False, its trees kept), made
+        while the journal's publisher answers: the third value, None when the answer named
+        other folders (the caller scans with the plan then)."""
+        meanwhile = None
+        if workspace is not None:
+
+            def meanwhile(cache: StatCache, listed: set[str], deep: set[str]) -> ScanState:
+                plan = ScanPlan(listed, deep, cache.dirs)
+                return self.scan(
+                    workspace, cache, cache_path, store=False, keep_trees=True, plan=plan
+                )
+
         for _ in range(3):
-            lent = journal.borrow(Path(cache_path), load=True)
+            lent = journal.borrow(Path(cache_path), load=True, meanwhile=meanwhile)
             if lent is None:
                 return None
             if lent.cache is not None:
-                return lent.cache, ScanPlan(lent.listed, lent.deep, lent.cache.dirs)
+                plan = ScanPlan(lent.listed, lent.deep, lent.cache.dirs)
+                return lent.cache, plan, lent.meanwhile
             # The worker rewrote the cache file meanwhile (its own checkpoint): ask again.
         return None
 
@@ -227,7 +241,7 @@ class Scanner:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 st = os.fstat(fd)
-                if isinstance(old, journal.LazyDirs):
+                if isinstance(old, lazy.LazyDirs):
                     # A borrowed cache's records are never written back (journal.py): none of
                     # this scan's is kept, so no clock is needed to say which could be.
                     trusted = 0
@@ -255,15 +269,15 @@ class Scanner:
             scan.root = top.rec.tree
             scan.files, scan.bytes_total, scan.dirs, scan.links = top.rec.totals
             if plan is not None and scan.keep_trees:
-                if isinstance(scan.new, journal.LazyDirs):
+                if isinstance(scan.new, lazy.LazyDirs):
                     # A borrowed cache: look records up by digest only when asked.
-                    scan.trees = journal.TreesOf(scan.new, scan.trees)
-                    scan.counts = journal.CountsOf(scan.trees)
+                    scan.trees = lazy.TreesOf(scan.new, scan.trees)
+                    scan.counts = lazy.CountsOf(scan.trees)
                 elif isinstance(scan.new, Records):
                     # The index its copies share (what it set is in it already, and an entry
                     # is never wrong: a digest names its content).
                     scan.trees = scan.new.tree_index()
-                    scan.counts = journal.CountsOf(scan.trees)
+                    scan.counts = lazy.CountsOf(scan.trees)
                 else:
                     for rec in scan.new.values():
                         scan.trees.setdefault(rec.tree, rec)

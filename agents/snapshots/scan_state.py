@@ -75,7 +75,7 @@ class ScanPlan:
     __slots__ = ("deep", "listed", "visit")
 
     def __init__(self, listed: set[str], deep: set[str], old: dict[str, FolderRecord]):
-        stale_keys = getattr(old, "stale_keys", None)  # journal.LazyDirs: without parsing all
+        stale_keys = getattr(old, "stale_keys", None)  # lazy.LazyDirs, cache.Records: kept
         stale = stale_keys() if stale_keys else {k for k, rec in old.items() if rec.stale}
         self.listed = listed | stale
         self.deep = deep
