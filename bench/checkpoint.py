@@ -27,7 +27,11 @@ smaller ones scale down with their file count). Then, interleaved (ours, then gi
                      restore() through the feed / `git checkout -q HEAD~1` / (moved forward
                      again) `git reset -q --hard HEAD~1`; restore() by the other process through
                      the journal (as a rewind carried out by a worker that did not drive the
-                     run); and restore() without a feed (a full scan).
+                     run), from the same state (the worker moved forward and checkpointed once
+                     the filesystem's clock had passed the restore's writes); both again right
+                     after a restore, before any checkpoint (the folder it wrote is listed and
+                     its file read again: its timestamp is too new to have been trusted); and
+                     restore() without a feed (a full scan).
   ...no stat cache   (Shiftlog only) the one-change checkpoint without a cache: every file read.
 
 Times are medians. Everything runs warm (just-written files are in the page cache); git runs as a
@@ -369,9 +373,24 @@ def bench_size(files: int, total_bytes: int, repeat: int, first_repeat: int, tmp
         run([*GIT, "checkout", "-q", "HEAD@{1}"], repo)
         sample("git_reset", timed(lambda: run([*GIT, "reset", "-q", "--hard", "HEAD~1"], repo)))
         # The same rewind carried out by another process (a worker that did not drive the run,
-        # the web's): forward to the change through the feed, back through the journal.
+        # the web's), from the state the worker's own started from (a checkpoint after which
+        # nothing changed): forward to the change through the feed, the worker's checkpoint once
+        # the filesystem's clock has passed the restore's writes (before, their timestamps are
+        # too new to trust), then back through the journal.
         snaps.restore(changed_tree, ws, cache_path=cache, feed=feed)
+        time.sleep(0.03)
+        snaps.snapshot(ws, cache_path=cache, feed=feed)
         sample("rewind_other", other.ask(f"restore {target}")["ms"])
+        assert snaps.snapshot(ws, cache_path=cache, feed=feed).tree == target
+        # Both again right after a restore, before any checkpoint: the folder it wrote is listed
+        # and its new file read again (its timestamp too new to have been trusted).
+        snaps.restore(changed_tree, ws, cache_path=cache, feed=feed)
+        sample(
+            "rewind_fresh",
+            timed(lambda t=target: snaps.restore(t, ws, cache_path=cache, feed=feed)),
+        )
+        snaps.restore(changed_tree, ws, cache_path=cache, feed=feed)
+        sample("rewind_other_fresh", other.ask(f"restore {target}")["ms"])
         assert snaps.snapshot(ws, cache_path=cache, feed=feed).tree == target
         # The same rewind without a feed (another process, or the first after a restart):
         # forward to the change and back, each scanning the whole workspace.
@@ -483,6 +502,20 @@ def table(results: list[dict]) -> list[str]:
                 0,
             ),
             (
+                "rewind right after a restore (change feed) / git checkout",
+                r["rewind_fresh"],
+                r["git_checkout"],
+                0,
+                0,
+            ),
+            (
+                "rewind right after a restore, from another process / git checkout",
+                r["rewind_other_fresh"],
+                r["git_checkout"],
+                0,
+                0,
+            ),
+            (
                 "rewind, full scan (no feed) / git checkout",
                 r["rewind_full"],
                 r["git_checkout"],
@@ -566,6 +599,8 @@ def main() -> None:
         "cli_wall_ms": round(big["cli_wall"], 1),
         "django_setup_ms": round(big["django_setup"], 1),
         "rewind_other_ms": round(big["rewind_other"], 2),
+        "rewind_fresh_ms": round(big["rewind_fresh"], 2),
+        "rewind_other_fresh_ms": round(big["rewind_other_fresh"], 2),
         "rewind_speedup_vs_git_reset_hard": round(big["git_reset"] / big["rewind"], 2),
         "incremental_ms": round(big["incremental"], 2),
         "git_commit_ms": round(big["git_commit"], 2),
