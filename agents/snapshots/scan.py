@@ -398,33 +398,36 @@ def fs_clock(dev: int, folders: list[Path], *, create: bool) -> int:
             # A file's mtime set to now is the filesystem's own "now" (its clock, at its own
             # granularity: a server's, over NFS), as a new file's would be. The file is kept
             # open: making one each time cost 0.2 ms after the process had slept.
-            for fresh in (False, True):
-                fd = _clock_file(folder, fresh=fresh)
-                os.utime(fd)
-                st = os.fstat(fd)
-                if st.st_dev == dev:
-                    return st.st_mtime_ns
-                # (A folder made again on another filesystem since: its file opened again.)
+            now = _clock_now(folder, dev)
         except OSError:
             continue
+        if now is not None:
+            return now
     return time.time_ns() - RACY_FALLBACK_NS
 
 
 _CLOCKS: dict[Path, int] = {}  # folder -> this process's descriptor of its ".clock" file
-_CLOCKS_LOCK = threading.Lock()
+_CLOCKS_LOCK = threading.Lock()  # held while a descriptor is used: none is closed under a user
 
 
-def _clock_file(folder: Path, *, fresh: bool = False) -> int:
+def _clock_now(folder: Path, dev: int) -> int | None:
+    """The mtime of `folder`'s ".clock" file set to now, if it is on device `dev`."""
     with _CLOCKS_LOCK:
-        fd = _CLOCKS.get(folder)
-        if fd is not None and fresh:
-            os.close(_CLOCKS.pop(folder))
-            fd = None
-        if fd is None:
-            if len(_CLOCKS) >= 64:
-                for old in _CLOCKS.values():
-                    os.close(old)
-                _CLOCKS.clear()
-            fd = os.open(folder / ".clock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            _CLOCKS[folder] = fd
-        return fd
+        for fresh in (False, True):
+            fd = _CLOCKS.get(folder)
+            if fd is not None and fresh:
+                os.close(_CLOCKS.pop(folder))
+                fd = None
+            if fd is None:
+                if len(_CLOCKS) >= 64:
+                    for old in _CLOCKS.values():
+                        os.close(old)
+                    _CLOCKS.clear()
+                fd = os.open(folder / ".clock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                _CLOCKS[folder] = fd
+            os.utime(fd)
+            st = os.fstat(fd)
+            if st.st_dev == dev:
+                return st.st_mtime_ns
+            # (A folder made again on another filesystem since: its file is opened again.)
+    return None
