@@ -244,6 +244,23 @@ def test_the_cache_file_holds_what_each_checkpoint_and_rewind_kept(
     assert fast.count(True) >= 20  # (each checkpoint after the first compared what changed)
 
 
+def test_the_records_of_earlier_checkpoints_are_freed(box: Box) -> None:
+    """Each incremental checkpoint's records are a copy of the last one's that knows what it
+    changed (cache.Records): a copy must not keep the records it came from alive (a worker
+    checkpoints a run thousands of times)."""
+    import gc
+    import weakref
+
+    from agents.snapshots import cache as caches
+
+    first = weakref.ref(caches.load_cache(box.cache).dirs)
+    for n in range(3):
+        write(box.ws, f"src/n{n}.py", "x")
+        box.checkpoint()
+    gc.collect()
+    assert first() is None
+
+
 def _random_change(ws: Path, rng: random.Random) -> None:
     dirs = [ws] + [p for p in ws.rglob("*") if p.is_dir() and not p.is_symlink()]
     files = [p for p in ws.rglob("*") if p.is_file() and not p.is_symlink()]

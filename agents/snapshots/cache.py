@@ -14,6 +14,7 @@ import stat
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -121,17 +122,18 @@ class Records(dict):
     Every change goes through __setitem__ and __delitem__ (the other mutators are routed there).
     """
 
-    __slots__ = ("changed", "origin", "stale", "trees")
+    __slots__ = ("__weakref__", "changed", "origin", "stale", "trees")
 
     def __init__(self, base: dict[str, FolderRecord] | None = None):
         super().__init__()
         self.changed: set[str] = set()
-        self.origin: Records | None = None
+        # (Weak: a strong one would keep every earlier checkpoint's records alive.)
+        self.origin: weakref.ref[Records] | None = None
         self.trees: dict[str, FolderRecord] | None = None
         if isinstance(base, Records):
             dict.update(self, base)
             self.stale: set[str] = set(base.stale)
-            self.origin = base
+            self.origin = weakref.ref(base)
             self.trees = base.trees
         else:
             if base:
@@ -405,7 +407,7 @@ class StatCache:
             return None
         if dirs is synced_from:
             return dirs.changed
-        if dirs.origin is synced_from and not synced_from.changed:
+        if dirs.origin is not None and dirs.origin() is synced_from and not synced_from.changed:
             return dirs.changed
         return None
 

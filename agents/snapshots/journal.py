@@ -330,6 +330,8 @@ def borrow(
         if fifo is None:
             _FIFOS.pop(path, None)
         else:
+            if len(_FIFOS) >= 1024:  # a long-lived web process asks about many runs
+                _FIFOS.clear()
             _FIFOS[path] = fifo
         if request is None and asked != fifo and (fifo is None or not _ask(flush / fifo, name)):
             # The FIFO asked is not this journal's publisher's (it changed), and its own could
