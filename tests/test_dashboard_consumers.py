@@ -249,6 +249,16 @@ def test_the_runs_list_gets_new_runs_and_status_changes(owner, outsider):
     async_to_sync(go)()
 
 
+async def list_with_two_runs(owner):
+    """A runs-list socket of `owner`'s that has shown two new runs of theirs."""
+    mine = Socket(as_user(owner), "/ws/live/runs/?page=1")
+    assert (await mine.connect())[0]
+    a = await database_sync_to_async(make_run)(created_by=owner, goal="the first run")
+    b = await database_sync_to_async(make_run)(created_by=owner, goal="the second run")
+    await receive_until(mine, lambda t: "the first run" in t and "the second run" in t)
+    return mine, a, b
+
+
 def test_a_row_a_full_channel_turned_away_comes_with_the_socket_s_next_message(owner, monkeypatch):
     """A list socket far behind (its channel full) when a run's status changes: that change
     must not be lost for good (it was: a run's last change, turned away, left its row as it
@@ -256,11 +266,7 @@ def test_a_row_a_full_channel_turned_away_comes_with_the_socket_s_next_message(o
     from channels.exceptions import ChannelFull
 
     async def go():
-        mine = Socket(as_user(owner), "/ws/live/runs/?page=1")
-        assert (await mine.connect())[0]
-        a = await database_sync_to_async(make_run)(created_by=owner, goal="the first run")
-        b = await database_sync_to_async(make_run)(created_by=owner, goal="the second run")
-        await receive_until(mine, lambda t: "the first run" in t and "the second run" in t)
+        mine, a, b = await list_with_two_runs(owner)
         layer = get_channel_layer()
         real, turned = layer.send, []
 
@@ -302,11 +308,7 @@ def test_a_resync_a_full_channel_turned_away_comes_with_the_socket_s_next_messag
     from agents.models import Run
 
     async def go():
-        mine = Socket(as_user(owner), "/ws/live/runs/?page=1")
-        assert (await mine.connect())[0]
-        a = await database_sync_to_async(make_run)(created_by=owner, goal="the first run")
-        b = await database_sync_to_async(make_run)(created_by=owner, goal="the second run")
-        await receive_until(mine, lambda t: "the first run" in t and "the second run" in t)
+        mine, a, b = await list_with_two_runs(owner)
         # A change nobody here heard of (published while the feed was away).
         await database_sync_to_async(
             lambda: Run.objects.filter(pk=a.pk).update(goal="changed while Redis was away")
