@@ -163,6 +163,48 @@ def test_viewers_who_all_missed_a_batch_share_one_catch_up(owner):
     async_to_sync(go)()
 
 
+def test_a_batch_a_full_channel_turned_away_comes_with_whatever_the_socket_takes_next(
+    owner, monkeypatch
+):
+    """A run page far behind (its channel full) when its run's batch is fanned out reads that
+    batch from the log after the next message it takes, whatever that is: it did only when the
+    next was another batch of its run, which a run's last batch never has."""
+    from channels.exceptions import ChannelFull
+
+    run = make_run(created_by=owner)
+    start = run.last_seq
+
+    async def go():
+        comm = Socket(as_user(owner), f"/ws/live/runs/{run.pk}/?after={start}")
+        assert (await comm.connect())[0]
+        (sock,) = fanout.viewers.by_run[run.pk]
+        layer = get_channel_layer()
+        real = layer.send
+
+        async def full_for_the_run(channel, message):
+            if channel == sock.channel_name and message["type"] in {"run.events", "run.owed"}:
+                raise ChannelFull()
+            return await real(channel, message)
+
+        monkeypatch.setattr(layer, "send", full_for_the_run)
+        sock.busy += 1  # (catching up: the fan-out puts the batch on its channel, full)
+        last = (await append(run.pk, "human.note", {"text": "the run's last word"})).seq
+        for _ in range(200):
+            if sock.owed_upto >= last:
+                break
+            await asyncio.sleep(0.05)
+        assert sock.owed_upto >= last, "the batch never reached the fan-out"
+        sock.busy -= 1
+        assert await comm.receive_nothing(timeout=0.3)
+        # Its next message is not a batch of its run (here: rows it does not show).
+        await real(sock.channel_name, {"type": "runs.changed", "runs": []})
+        html = await receive_until(comm, lambda t: last in seqs(t), timeout=10)
+        assert seqs(html) == [last] and sock.owed_upto == 0
+        await comm.disconnect()
+
+    async_to_sync(go)()
+
+
 def test_a_run_s_last_batch_whose_render_fails_still_reaches_every_viewer(owner, monkeypatch):
     """The fan-out's render can fail (the chaos soak: the database dropped the web process's
     connection). A viewer reads a gap at its next event, but a run's last event has no next

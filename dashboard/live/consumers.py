@@ -48,10 +48,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await handler(message)
         if message["type"] == "websocket.disconnect":
             return
+        # What the fan-out could not put on the full channel comes after the next message the
+        # socket takes, whatever it is (a full channel has one): a resync (fanout.resync), a
+        # batch of its run (fanout.to_run, fanout.owe), rows (fanout.owe_rows).
         if self.owed_resync:
-            # A resync the fan-out could not put on the full channel (dashboard.live.fanout.resync).
             self.owed_resync = False
             await self.live_resync({"type": "live.resync"})
+        else:
+            await self._read_owed()
         if self.owed_runs:
             # Rows the fan-out could not put on the full channel (dashboard.live.fanout.owe_rows).
             runs, self.owed_runs = list(self.owed_runs.values()), None
@@ -132,7 +136,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def run_owed(self, message: dict[str, Any]) -> None:
         """A batch of this run never reached the socket (its render failed, or the channel was
         full): read it from the log, unless a catch-up already has."""
-        if self.owed_upto > self.last_seq:
+        await self._read_owed()
+
+    async def _read_owed(self) -> None:
+        if self.mode == "run" and self.owed_upto > self.last_seq:
             await self._catch_up(upto=self.owed_upto)
 
     async def live_resync(self, message: dict[str, Any]) -> None:
