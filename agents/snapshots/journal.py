@@ -346,7 +346,7 @@ def borrow(
             and (guess := _cache_id(base[0]))
         ):
             early = guess, load_lazy(cache_path, guess)  # meanwhile: the publisher answers
-            so_far = _changes(data, base[1]) if meanwhile and early[1] is not None else None
+            so_far = _changes(data, base) if meanwhile and early[1] is not None else None
             if so_far is not None:
                 early[1].dirs.stale = set(so_far[0])  # type: ignore[attr-defined]
                 try:
@@ -370,7 +370,7 @@ def borrow(
     if base is None:
         return None
     cache_id = _cache_id(base[0])
-    changes = _changes(data, base[1]) if cache_id is not None else None
+    changes = _changes(data, base) if cache_id is not None else None
     if changes is None:
         return None
     listed, deep = changes
@@ -386,11 +386,13 @@ def borrow(
     return lent
 
 
-def _changes(data: bytes, at: int) -> tuple[set[str], set[str]] | None:
-    """(listed, deep): the folders the journal `data` names as changed since its baseline line
-    at offset `at`; None when it lost events or was closed since."""
+def _changes(data: bytes, base: tuple[list, int]) -> tuple[set[str], set[str]] | None:
+    """(listed, deep): the folders the journal `data` names as changed since its baseline
+    (`_last_base`: the line, parsed, and where it starts); None when it lost events or was
+    closed since."""
+    parsed, at = base
     end = data.index(b"\n", at)
-    listed: set[str] = set(json.loads(data[at:end])[2])
+    listed: set[str] = set(parsed[2])
     deep: set[str] = set()
     for raw in data[end + 1 :].split(b"\n")[:-1]:
         if raw.startswith(_ACK):
