@@ -326,6 +326,47 @@ def test_a_rewind_is_told_to_the_agent_by_the_checkpoints_number(api, person):
     assert api.post(f"/api/v1/runs/{run_id}/heartbeat").json()["rewound"] is None
 
 
+def test_a_call_taken_back_while_a_rewind_waits_is_discarded_by_that_rewind(api):
+    """The rewind pauses the run, then waits for the call in flight to let go; the agent's hook
+    sees the pause and takes its waiting call back meanwhile. The approval is the rewind's to
+    end either way round: discarded, once, and a call taken back after the rewind adds nothing
+    to the new branch."""
+    run_id = make_external(api)
+    upload(api, run_id, {"a.txt": b"1"})
+    target = Checkpoint.objects.filter(run_id=run_id, kind="upload").get()
+    waiting = propose(api, run_id, "Bash", {"command": "rm -rf build"}, call_id="toolu_r1")
+    assert waiting["decision"] == "ask"
+    # The rewind has paused the run and is not done yet (it restores the workspace, or a
+    # call of the agent still holds the run): held open here by a lease.
+    held = timezone.now() + timedelta(seconds=60)
+    Run.objects.filter(pk=run_id).update(lease_owner="external:dev:x", lease_expires_at=held)
+    assert rewinds.attempt(run_id, target, actor="user:dev", note="") is None
+    assert Run.objects.get(pk=run_id).pause_cause == "rewind"
+    taken = api.post("/api/v1/tool-calls/toolu_r1/withdraw")
+    assert taken.status_code == 200 and taken.json()["decision"] == "denied", taken.content
+    assert "rewound" in taken.json()["reason"], taken.json()
+    Run.objects.filter(pk=run_id).update(lease_owner="", lease_expires_at=None)
+    assert rewinds.attempt(run_id, target, actor="user:dev", note="") is not None
+    approval = Approval.objects.get(pk=waiting["approval"])
+    assert approval.status == "discarded", (approval.status, approval.comment)
+    decided = Event.objects.filter(run_id=run_id, kind="approval.decided")
+    assert [e.payload["decision"] for e in decided] == ["discarded"]
+    # The other way round: the rewind ends the approval first, the agent takes it back after.
+    api.get(f"/api/v1/runs/{run_id}/context")  # the agent is told of the rewind, goes on
+    upload(api, run_id, {"a.txt": b"2"})
+    again = propose(api, run_id, "Bash", {"command": "rm -rf build"}, call_id="toolu_r2")
+    assert again["decision"] == "ask", again
+    rewinds.rewind(run_id, target.pk, actor="user:dev")
+    last = Run.objects.get(pk=run_id).last_seq
+    late = api.post("/api/v1/tool-calls/toolu_r2/withdraw")
+    assert late.status_code == 200 and late.json()["decision"] == "denied", late.content
+    assert late.json()["rewound"]["checkpoint"] == target.number
+    assert Approval.objects.get(pk=again["approval"]).status == "discarded"
+    assert Run.objects.get(pk=run_id).last_seq == last  # nothing written on the new branch
+    # Asked again, each answer is the same.
+    assert api.post("/api/v1/tool-calls/toolu_r1/withdraw").json()["decision"] == "denied"
+
+
 def test_an_agent_that_missed_a_rewind_cannot_carry_its_old_work_over_it(api, person):
     """Between a rewind and the agent reading its context again, what would put the undone
     work back (its folder uploaded, a handoff from it, a finish checked on it) is refused with

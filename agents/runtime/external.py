@@ -51,6 +51,7 @@ from agents.models import (
     ExternalCall,
     ExternalCallDecision,
     ExternalDriver,
+    PauseCause,
     Run,
     RunStatus,
 )
@@ -450,29 +451,34 @@ def propose(
 
 def withdraw(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict[str, Any]:
     """The agent takes a call back (its hook gave up waiting, it was interrupted): a pending
-    approval leaves the inbox, marked withdrawn, and the call can no longer run or be
-    approved. A call that already has its result cannot be withdrawn."""
+    approval leaves the inbox, marked withdrawn (discarded, when a rewind is under way:
+    `_withdrawn_as`), and the call can no longer run or be approved. A call that already has its
+    result cannot be withdrawn."""
     call = _get_call(call_id, run_ids)
     touch(call.run_id, agent)
+    taken_back = (ApprovalStatus.WITHDRAWN, ApprovalStatus.DISCARDED)
+    if call.approval is not None and call.approval.status in taken_back:
+        # Withdrawn already (asked again: the same answer), or discarded by a rewind or the
+        # run's end, which settled the call: nothing more is written, on no branch.
+        return _answer(call, "denied")
     if call.result_seq is not None:
-        if call.approval is not None and call.approval.status == ApprovalStatus.WITHDRAWN:
-            return _answer(call, "denied")
         raise ExternalError(f"tool call {call_id} already has its result: it cannot be withdrawn")
     why = f"withdrawn by its agent ({agent})"
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=call.run_id)
         if call.approval is not None and call.approval.status == ApprovalStatus.PENDING:
+            ending, comment = _withdrawn_as(run, why)
             if (
                 not Approval.objects.filter(pk=call.approval.pk)
                 .pending()
-                .update(status=ApprovalStatus.WITHDRAWN, decided_at=timezone.now(), comment=why)
+                .update(status=ending, decided_at=timezone.now(), comment=comment)
             ):
                 raise ExternalError(f"tool call {call_id} was decided meanwhile; ask again")
             reach.approval_settled([call.approval.pk])
             eventlog.append(
                 call.run_id,
                 EventKind.APPROVAL_DECIDED,
-                approvals.decided_payload(call.approval, ApprovalStatus.WITHDRAWN, why),
+                approvals.decided_payload(call.approval, ending, comment),
                 actor=f"external:{actor}:{agent}",
                 session_id=call.approval.session_id,
             )
@@ -494,6 +500,16 @@ def withdraw(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=event.seq)
     call = _get_call(call_id, run_ids)
     return _answer(call, "denied")
+
+
+def _withdrawn_as(run: Run, why: str) -> tuple[str, str]:
+    """How a pending approval ends when its agent takes the call back: withdrawn, unless the
+    run is paused for a rewind, which is why the agent stopped waiting (its hook sees the pause
+    and gives up): then it is discarded by that rewind, as it would have been had the rewind
+    reached it first, whichever of the two the clock favoured."""
+    if run.status == RunStatus.PAUSED and run.pause_cause == PauseCause.REWIND:
+        return ApprovalStatus.DISCARDED, f"discarded: the run was {run.status_reason} ({why})"
+    return ApprovalStatus.WITHDRAWN, why
 
 
 def _called(h: Harness, call: ExternalCall, tool_input: dict[str, Any]) -> None:
