@@ -95,7 +95,8 @@ class Restorer:
                             f"blob {digest} needed by tree {tree} is not in the store"
                         )
                 if not dry_run:
-                    workspace.mkdir(parents=True, exist_ok=True)
+                    if current is None:  # no workspace yet (a fork)
+                        workspace.mkdir(parents=True, exist_ok=True)
                     self._apply(os.fsencode(workspace), plan.ops)
         if current is not None and lent is None:
             new = current.new
@@ -148,7 +149,18 @@ class Restorer:
         have = self.trees.get(current, extra) if current else {}
         for key in sorted(have.keys() - want.keys(), key=decode_name):
             plan.add("rm", join_path(rel, decode_name(key)))
-        for key in sorted(want, key=decode_name):
+        # Entries equal on both sides are what they should be (a folder's digest names all it
+        # holds): counted, never looked at again. A rewind after a tool call differs from what
+        # is there in one entry per folder on the changed paths.
+        differ = []
+        for key, w in want.items():
+            if w != have.get(key):
+                differ.append(key)
+            elif w["t"] == "f":
+                plan.unchanged += 1
+            elif w["t"] == "d":
+                plan.unchanged += counts.get(w["h"], 0)
+        for key in sorted(differ, key=decode_name) if len(differ) > 1 else differ:
             w, h = want[key], have.get(key)
             path = join_path(rel, decode_name(key))
             if w["t"] == "d":
