@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from agents.blobstore import BlobStore
 from agents.snapshots import (
     TREE_MAGIC,
+    CorruptBlob,
     MissingBlob,
     Snapshots,
     StatCache,
@@ -830,6 +831,25 @@ def test_diff_against_the_live_workspace(snaps: Snapshots, ws: Path, tmp_path: P
 
 
 # -- store maintenance -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [5, (1 << 20) + 7])  # read whole, and streamed in chunks
+def test_a_restore_refuses_a_stored_file_that_does_not_match_its_digest(
+    snaps: Snapshots, ws: Path, tmp_path: Path, size: int
+):
+    write(ws, "big.bin", b"x" * size)
+    write(ws, "keep.txt", "as it was")
+    tree = snaps.snapshot(ws).tree
+    digest = snaps.files(tree)["big.bin"].hash
+    snaps.blobs.path(digest).write_bytes(b"y" * size)  # same size, other content
+    write(ws, "big.bin", "changed since")
+    with pytest.raises(CorruptBlob, match=digest):
+        snaps.restore(tree, ws)
+    assert (ws / "big.bin").read_bytes() == b"changed since"  # never the damaged content
+    assert sorted(p.name for p in ws.iterdir()) == ["big.bin", "keep.txt"]  # no temp file left
+    with pytest.raises(CorruptBlob, match=digest):
+        snaps.restore(tree, tmp_path / "fork")
+    assert not (tmp_path / "fork" / "big.bin").exists()
 
 
 def test_verify_finds_corrupt_and_missing_blobs(snaps: Snapshots, ws: Path):
