@@ -354,13 +354,17 @@ def test_a_call_taken_back_while_a_rewind_waits_is_discarded_by_that_rewind(api)
     # The other way round: the rewind ends the approval first, the agent takes it back after.
     api.get(f"/api/v1/runs/{run_id}/context")  # the agent is told of the rewind, goes on
     upload(api, run_id, {"a.txt": b"2"})
+    # An allowed call not run yet, taken back after the rewind too (no approval to go by).
+    allowed = propose(api, run_id, "Bash", {"command": "ls"}, call_id="toolu_r3")
+    assert allowed["decision"] == "allow", allowed
     again = propose(api, run_id, "Bash", {"command": "rm -rf build"}, call_id="toolu_r2")
     assert again["decision"] == "ask", again
     rewinds.rewind(run_id, target.pk, actor="user:dev")
     last = Run.objects.get(pk=run_id).last_seq
-    late = api.post("/api/v1/tool-calls/toolu_r2/withdraw")
-    assert late.status_code == 200 and late.json()["decision"] == "denied", late.content
-    assert late.json()["rewound"]["checkpoint"] == target.number
+    for call_id in ("toolu_r2", "toolu_r3"):
+        late = api.post(f"/api/v1/tool-calls/{call_id}/withdraw")
+        assert late.status_code == 200 and late.json()["decision"] == "denied", late.content
+        assert late.json()["rewound"]["checkpoint"] == target.number
     assert Approval.objects.get(pk=again["approval"]).status == "discarded"
     assert Run.objects.get(pk=run_id).last_seq == last  # nothing written on the new branch
     # Asked again, each answer is the same.

@@ -457,9 +457,12 @@ def withdraw(call_id: str, *, run_ids, actor: str, agent: str = "agent") -> dict
     call = _get_call(call_id, run_ids)
     touch(call.run_id, agent)
     taken_back = (ApprovalStatus.WITHDRAWN, ApprovalStatus.DISCARDED)
-    if call.approval is not None and call.approval.status in taken_back:
-        # Withdrawn already (asked again: the same answer), or discarded by a rewind or the
-        # run's end, which settled the call: nothing more is written, on no branch.
+    if (call.approval is not None and call.approval.status in taken_back) or rewound(
+        call.run_id
+    ) is not None:
+        # Withdrawn already (asked again: the same answer), discarded by a rewind or the run's
+        # end, or made before a rewind its agent has not taken in yet (the branch it was on is
+        # abandoned): nothing more is written, on no branch.
         return _answer(call, "denied")
     if call.result_seq is not None:
         raise ExternalError(f"tool call {call_id} already has its result: it cannot be withdrawn")
