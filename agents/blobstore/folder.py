@@ -68,7 +68,7 @@ def read_all(fd: int) -> bytes:
     while size > 0 and (chunk := os.read(fd, size)):
         parts.append(chunk)
         size -= len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)  # (none: an empty blob)
+    return parts[0] if len(parts) == 1 else b"".join(parts)  # (no parts: an empty blob)
 
 
 def _is_digest(name: str, length: int = 64) -> bool:
@@ -95,15 +95,17 @@ class BlobStore:
         self._unsynced_lock = threading.Lock()
 
     def path(self, digest: str) -> Path:
+        return Path(self._where(digest))
+
+    def _where(self, digest: str) -> str:
+        # Plain strings: a checkpoint asks `exists` once per changed folder and a rewind `get`s
+        # a tree per folder on its changed paths, so both have to be cheap.
         if not _is_digest(digest):
             raise ValueError(f"not a sha256 hex digest: {digest!r}")
-        return self.root / digest[:2] / digest[2:]
+        return f"{self._root_str}/{digest[:2]}/{digest[2:]}"
 
     def exists(self, digest: str) -> bool:
-        # Plain strings: a checkpoint asks this once per changed folder, so it has to be cheap.
-        if not _is_digest(digest):
-            raise ValueError(f"not a sha256 hex digest: {digest!r}")
-        return os.path.exists(f"{self._root_str}/{digest[:2]}/{digest[2:]}")
+        return os.path.exists(self._where(digest))
 
     def describe(self) -> str:
         """Where the blobs are, for messages."""
@@ -211,12 +213,9 @@ class BlobStore:
         return Batch(self, workers=workers)
 
     def get(self, digest: str) -> bytes:
-        # Plain descriptors: a rewind reads a tree per folder on the changed paths, and in a
-        # process that sat idle each system call is dear (a buffered file object makes twice
-        # as many as open, fstat, read and close).
-        if not _is_digest(digest):
-            raise ValueError(f"not a sha256 hex digest: {digest!r}")
-        fd = os.open(f"{self._root_str}/{digest[:2]}/{digest[2:]}", os.O_RDONLY | os.O_CLOEXEC)
+        # A plain descriptor: in a process that sat idle each system call is dear, and a
+        # buffered file object makes twice as many as open, fstat, read and close.
+        fd = os.open(self._where(digest), os.O_RDONLY | os.O_CLOEXEC)
         try:
             return read_all(fd)
         finally:

@@ -160,7 +160,7 @@ class Restorer:
                 plan.unchanged += 1
             elif w["t"] == "d":
                 plan.unchanged += counts.get(w["h"], 0)
-        for key in sorted(differ, key=decode_name) if len(differ) > 1 else differ:
+        for key in sorted(differ, key=decode_name):
             w, h = want[key], have.get(key)
             path = join_path(rel, decode_name(key))
             if w["t"] == "d":
@@ -245,17 +245,17 @@ class Restorer:
             try:
                 if size is not None and size <= CHUNK:
                     data = self.blobs.get(digest)
-                    if hashlib.sha256(data).hexdigest() != digest:
-                        raise CorruptBlob(f"blob {digest} does not match its digest")
                     _write_all(fd, data)
+                    actual = hashlib.sha256(data).hexdigest()
                 else:
                     with self.blobs.open(digest) as src:
                         h = hashlib.sha256()
                         while chunk := src.read(CHUNK):
                             h.update(chunk)
                             _write_all(fd, chunk)
-                    if h.hexdigest() != digest:
-                        raise CorruptBlob(f"blob {digest} does not match its digest")
+                    actual = h.hexdigest()
+                if actual != digest:
+                    raise CorruptBlob(f"blob {digest} does not match its digest")
                 os.fchmod(fd, mode)
             finally:
                 os.close(fd)
@@ -274,8 +274,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class RestorePlan:
     """What a restore will do, in order: `ops` of (kind, workspace-relative path, *args), where
-    kind is rm | mkdir | write (digest, mode, size or None) | link (raw target) | chmod | mode (mode), the
-    latter being a new folder's mode, set once it is filled; `blobs` the file blobs it needs."""
+    kind is rm | mkdir | write (digest, mode, size or None) | link (raw target) | chmod | mode
+    (mode), the latter being a new folder's mode, set once it is filled; `blobs` the file blobs
+    it needs."""
 
     def __init__(self):
         self.ops: list[tuple] = []
