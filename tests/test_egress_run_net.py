@@ -159,6 +159,10 @@ def test_every_command_of_a_run_is_in_its_network_and_no_relay_is_started(
         # Without egress a command still gets a new, empty namespace of its own.
         _, out = sh("readlink /proc/self/ns/net", ws, None)
         assert out.strip() not in (f"net:[{proxy.net.inode}]", "")
+        # And the fork server that started the run's commands is back in the worker's own (a
+        # plain subprocess from the same slot has the host's network).
+        plain = run_command("readlink /proc/self/ns/net", workspace=ws, isolation="subprocess")
+        assert plain.output.strip() == os.readlink("/proc/self/ns/net")
 
 
 def test_the_run_network_ends_with_the_proxy(folder: Path, ws: Workspace) -> None:

@@ -88,6 +88,7 @@ def healthy(ws: Workspace, isolation: str) -> None:
     # Bounds here are loose on purpose (the machine may be busy with other tests): they tell
     # "ends" from "hangs", they do not time anything.
     assert result.output == "ok\n" and time.monotonic() - started < 15
+    assert result.exceeded == []  # what bit the command before is not this one's
     assert our_cgroups() == []
 
 
@@ -467,13 +468,17 @@ def test_commands_start_inside_a_slot_kept_for_them(ws: Workspace, isolation: st
 
 @needs_cgroup
 @needs_bwrap
+@pytest.mark.parametrize("etc", ["copied", "bound entry by entry"])
 def test_a_command_finds_its_user_database_whatever_numbers_the_worker_gave_its_fds(
-    ws: Workspace,
+    ws: Workspace, etc: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In a busy worker the pipes holding the sandbox's /etc/passwd and /etc/group get numbers
     above 200, where the fork server used to park its own copies: a copy landed on its target
     and kept close-on-exec, and bwrap failed ("Can't write data to file /etc/passwd: Bad file
-    descriptor"), failing a run's done-conditions for nothing (seen with 300 runs at once)."""
+    descriptor"), failing a run's done-conditions for nothing (seen with 300 runs at once).
+    The pipes are used where there is no copy of /etc (view.etc_copy)."""
+    if etc != "copied":
+        monkeypatch.setattr("agents.sandbox.view.etc_copy", lambda *args: None)
     spawner.POOL.drain()
     held = []
     try:
@@ -491,3 +496,27 @@ def test_a_command_finds_its_user_database_whatever_numbers_the_worker_gave_its_
             os.close(fd)
     assert result.exit_code == 0, result.output
     assert "agent:x:" in result.output and "nogroup:x:" in result.output
+
+
+@pytest.mark.parametrize("etc", ["copied", "bound entry by entry"])
+def test_a_command_holds_no_descriptor_but_its_own(
+    ws: Workspace, isolation: str, etc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only stdin, stdout and stderr reach the command: never the fork server's socket (through
+    which it could ask for commands outside the sandbox), nor a descriptor passed to the server
+    for bubblewrap (the user database's pipes), nor one of the worker's."""
+    if etc != "copied":
+        monkeypatch.setattr("agents.sandbox.view.etc_copy", lambda *args: None)
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    held = os.open("/dev/null", os.O_RDONLY)  # inheritable in the worker: still not passed on
+    os.set_inheritable(held, True)
+    try:
+        result = run_command(
+            'ls /proc/$$/fd | tr "\\n" " "; echo; id -un', workspace=ws, isolation=isolation
+        )
+        again = run_command('ls /proc/$$/fd | tr "\\n" " "', workspace=ws, isolation=isolation)
+    finally:
+        os.close(held)
+    assert result.exit_code == 0, result.output
+    assert result.output.split("\n")[:2] == ["0 1 2 ", "agent" if isolation == "bwrap" else user]
+    assert again.output == "0 1 2 "  # (a second command, from the same slot's server)

@@ -231,7 +231,7 @@ def _rlimits(
 @dataclass(frozen=True)
 class _ChildSetup:
     """What the child does between fork and exec: plain system calls only. For a slot's fork
-    server (spawner.py) no rlimits: it gives each command its own."""
+    server (spawner.py) only RLIMIT_CORE: the server takes the commands' rlimits once it runs."""
 
     parent: int
     rlimits: tuple[tuple[int, int, int], ...]
@@ -417,7 +417,7 @@ def run_command(
     slot = None
     if support.hierarchies():
         server_setup = functools.partial(_ChildSetup, os.getpid(), ((resource.RLIMIT_CORE, 0, 0),))
-        slot = spawner.POOL.take(limits, support, server_setup)
+        slot = spawner.POOL.take(limits, support, server_setup, rlimits)
     cgroup: CommandCgroup | None = slot.cgroup if slot is not None else None
     if cgroup is not None and cgroup.problems:  # fail closed: say what is not enforced
         applied["cgroup_problems"] = "; ".join(cgroup.problems)
@@ -425,6 +425,9 @@ def run_command(
     # one, the entries bound one by one and the user database passed in on two pipes.
     etc_folder = view.etc_copy() if isolation == "bwrap" else None
     user_fds = view.user_db_fds() if isolation == "bwrap" and etc_folder is None else None
+    # The numbers bwrap finds them at: under a fork server, fixed low ones (it gives them those),
+    # whatever numbers this process gave them; in a plain child, their own.
+    user_numbers = (3, 4) if user_fds and slot is not None else user_fds
     # The run's network namespace (relay.RunNet), held by a descriptor of this call's own so it
     # cannot change under the command; None: a new empty one, with the relay inside.
     netns = _dup(use_egress.netns_fds) if use_egress is not None else None
@@ -445,7 +448,7 @@ def run_command(
                 toolchain=toolchain,
                 limits=limits,
                 egress=use_egress,
-                user_fds=user_fds,
+                user_fds=user_numbers,
                 writable=writable,
                 run_net=netns is not None,
                 etc_folder=etc_folder,
@@ -461,6 +464,8 @@ def run_command(
                     user_fds or (),
                     rlimits,
                     netns=netns,
+                    numbers=user_numbers,
+                    dies_with_server=isolation == "bwrap",  # (--die-with-parent)
                 )
             else:
                 proc = subprocess.Popen(
@@ -506,12 +511,14 @@ def run_command(
                 # Also on a normal exit (background children) and on any exception in
                 # should_stop or from a KeyboardInterrupt.
                 spare = slot.spare if slot is not None else None
-                if cgroup is not None and cgroup.pids(spare):
+                # (Empty once is empty for good: nothing outside starts a process in them.)
+                left = cgroup is not None and bool(cgroup.pids(spare))
+                if left:
                     cgroup.kill(spare)
                 if not isinstance(proc, spawner.Remote) or proc.poll() is None:
                     _kill_group(proc.pid)  # (a reaped command's pid may be another's by now)
                 proc.wait()
-                emptied = cgroup is None or cgroup.wait_empty(spare=spare)
+                emptied = cgroup is None or not left or cgroup.wait_empty(spare=spare)
                 if not emptied:
                     applied["kill"] += " (processes left after 5 s)"
             duration_ms = (time.monotonic() - started) * 1000

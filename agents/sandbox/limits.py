@@ -324,6 +324,9 @@ class CommandCgroup:
     # The event counters when the current command began: a slot's cgroups (spawner.py) are
     # kept from one command to the next, and their counters only grow.
     baseline: dict[str, int] = field(default_factory=dict)
+    # The baseline was read when the last command was over (exceeded()) and nothing has run in
+    # the cgroups since: the next command need not read the counters again before it starts.
+    fresh: bool = False
     extra_pids: int = 0  # processes in the cgroups that are not the command's (a fork server)
 
     def __post_init__(self) -> None:
@@ -465,14 +468,17 @@ class CommandCgroup:
 
     def mark(self) -> None:
         """A command begins: what bits from now on is its own."""
-        self.baseline = self._counters()
+        if not self.fresh:
+            self.baseline = self._counters()
+        self.fresh = False
 
     def exceeded(self) -> list[str]:
         """The limits that bit since mark(): "memory" (the OOM killer killed a process),
-        "processes" (a fork was refused at the limit)."""
-        return [
-            name for name, count in self._counters().items() if count > self.baseline.get(name, 0)
-        ]
+        "processes" (a fork was refused at the limit). Also the next command's baseline."""
+        now = self._counters()
+        bit = [name for name, count in now.items() if count > self.baseline.get(name, 0)]
+        self.baseline, self.fresh = now, True
+        return bit
 
     def remove(self) -> None:
         for _, folder in self.folders:

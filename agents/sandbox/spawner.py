@@ -7,11 +7,19 @@ and removing them again per command cost more on top. So a process keeps a few *
 command running at once. A slot is the command's cgroups (made once, with its limits) and a
 *fork server*: a small interpreter started into those cgroups once (the only move), dying with
 the worker, that forks each command from inside. A command is a message to it over a socket
-(argv, environment, folder, rlimits, and the output file and other descriptors passed along); its
-child starts a session, takes the rlimits and the descriptors, and execs the command. So the
-command is born in its cgroups, counted and limited from its first instruction, without a fork
-of the (large) worker and without a move. The server reports the pid at once and the exit status
-when the command ends: the caller wakes on that message, it does not poll.
+(argv, environment, folder, rlimits, and the output file and other descriptors passed along). So
+the command is born in its cgroups, counted and limited from its first instruction, without a
+fork of the (large) worker and without a move. The server reports the pid at once and the exit
+status when the command ends: the caller wakes on that message, it does not poll.
+
+The server holds the slot's rlimits itself (slots are kept by them), so a bubblewrap command,
+which dies with its parent by itself (--die-with-parent), is started with posix_spawn: a new
+session, default SIGPIPE and SIGXFSZ, its descriptors and folder, no copy of the server (a fork
+of even this small interpreter, then Python in the copy, cost 1.5-2 ms of a ~10 ms command). Any
+other command (no bubblewrap, a network namespace to enter) is forked: the child takes
+PR_SET_PDEATHSIG, the namespaces, the descriptors and the rlimits, and execs. Nothing of the
+server's but what it passes on purpose is inheritable. The server's own CPU time counts against
+RLIMIT_CPU too, so it retires between commands at half the limit (the slot starts another).
 
 After the command the caller kills whatever is left in the slot's cgroups (every process but the
 server: frozen first where there is a freezer; where there is none, `cgroup.kill`, which ends the
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import select
 import socket
@@ -41,10 +50,11 @@ MARK = "shiftlog-fork-server"  # in every server's argv: tests and operators can
 STALE_EVERY_S = 60.0  # look for killed workers' cgroups at most this often
 IDLE_SLOTS = 8  # idle slots kept per set of limits
 
-# Runs as `python -I -S -c SERVER MARK <socket fd>`, in the slot's cgroups.
+# Runs as `python -I -S -c SERVER MARK <socket fd> <rlimits as JSON>`, in the slot's cgroups.
 SERVER = r"""
 import ctypes, fcntl, json, os, resource, signal, socket, struct, sys
 s = socket.socket(fileno=int(sys.argv[2]))
+os.set_inheritable(s.fileno(), False)  # never into a command: it could ask for commands itself
 libc = ctypes.CDLL(None, use_errno=True)
 def adj(v):
     try:
@@ -52,14 +62,99 @@ def adj(v):
             f.write(v)
     except OSError:
         pass
-adj("-1000")  # the OOM killer takes the command that went over, never the server
+# The OOM killer takes the command that went over, never the server. Kept open (close-on-exec)
+# to put the command's own value in place around a spawn, where it can be set back after.
+try:
+    adj_fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    os.write(adj_fd, b"-1000")
+except OSError:  # not allowed here (no CAP_SYS_RESOURCE): commands inherit our value as it is
+    adj_fd = None
+def set_adj(v):
+    if adj_fd is not None:
+        try:
+            os.write(adj_fd, v)
+        except OSError:
+            pass
+# The slot's rlimits, held by the server itself, so a spawned command inherits them: every
+# command of the slot has these (spawner.Pool keys slots by them).
+own = [tuple(r) for r in json.loads(sys.argv[3])]
+def limit(rlimits):
+    for which, soft, hard in rlimits:
+        cur = resource.getrlimit(which)[1]
+        if cur != resource.RLIM_INFINITY:
+            soft, hard = min(soft, cur), min(hard, cur)
+        resource.setrlimit(which, (soft, hard))
+try:
+    limit(own)
+except (OSError, ValueError):  # then every command is forked and takes them itself
+    own = None
+# Our own CPU time counts against RLIMIT_CPU too: the server retires (between commands) at half.
+cpu_cap = min([soft for which, soft, _ in own or () if which == resource.RLIMIT_CPU] or [0])
+def above(req):  # where copies of the passed descriptors go: past 0-2 and every target number
+    return max([2, *req["fds"]]) + 1
+# Our own network namespace, to come back to after starting a command in a run's.
+try:
+    home_net = os.open("/proc/self/ns/net", os.O_RDONLY)
+except OSError:
+    home_net = None
+NEWNET = 0x40000000
+# The command started straight from here with posix_spawn (no copy of this process) where it
+# needs nothing done before exec but what posix_spawn does: a bubblewrap command (it dies with
+# this server itself: --die-with-parent) with the rlimits the server holds already. A run's
+# network namespace alone (made where we may: relay.RunNet) is entered by the server for the
+# spawn and left at once; a user namespace cannot be left, so that command is forked. None:
+# it cannot (the caller forks instead, and the child says why).
+def spawn(req, fds):
+    ns = req.get("netns", 0)
+    if not req.get("dies_with_server") or ns > 1 or (ns and home_net is None):
+        return None
+    if [tuple(r) for r in req["rlimits"]] != own:
+        return None
+    if not req["argv"][0].startswith("/"):
+        return None
+    net = fds[-1] if ns else None
+    fds = fds[:-1] if ns else fds
+    high = []
+    ready = entered = False
+    try:
+        for fd in fds:
+            high.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above(req)))
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, high[0], 1),
+            (os.POSIX_SPAWN_DUP2, high[0], 2),
+            *((os.POSIX_SPAWN_DUP2, fd, target) for fd, target in zip(high[1:], req["fds"])),
+        ]
+        os.chdir(req["cwd"])
+        entered = net is not None and libc.setns(net, NEWNET) == 0
+        ready = entered == (net is not None)
+    except OSError:
+        pass
+    # Once it is started, nothing here may turn the answer into None: it would run twice.
+    try:
+        if ready:
+            set_adj(b"0")
+            try:
+                return os.posix_spawn(
+                    req["argv"][0], req["argv"], req["env"], file_actions=actions, setsid=True,
+                    setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                )
+            except OSError:
+                pass
+        return None
+    finally:
+        set_adj(b"-1000")
+        if entered and libc.setns(home_net, NEWNET) != 0:
+            os._exit(1)  # never serve another run from this one's network
+        for fd in high:
+            os.close(fd)
 def child(req, fds):
     os.setsid()
     adj("0")
     ns = req.get("netns", 0)
     if ns:  # the last descriptors: the run's namespaces (relay.RunNet.fds), never the worker's
         ours, fds = fds[-ns:], fds[:-ns]
-        kinds = [0x40000000] if ns == 1 else [0x10000000, 0x40000000]  # (user,) net
+        kinds = [NEWNET] if ns == 1 else [0x10000000, NEWNET]  # (user,) net
         for fd, kind in zip(ours, kinds):
             if libc.setns(fd, kind) != 0:
                 os.write(fds[0], b"shiftlog: cannot enter the run's network namespace\n")
@@ -68,11 +163,9 @@ def child(req, fds):
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Popen's restore_signals: Python ignores them
         signal.signal(sig, signal.SIG_DFL)
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL: dies with the server
-    # Out of the way of every number the command must find its fds at (the worker's numbers,
-    # often above 200 in a busy worker): a copy landing on a target would be overwritten by the
-    # shuffle, or keep its close-on-exec flag when dup2 is asked to copy it onto itself.
-    low = max([200, *req["fds"]]) + 1
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low) for fd in fds]
+    # (A copy landing on a target would be overwritten by the shuffle, or keep its close-on-exec
+    # flag when dup2 is asked to copy it onto itself.)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above(req)) for fd in fds]
     for fd in fds:
         os.close(fd)
     fd0 = os.open("/dev/null", os.O_RDONLY)
@@ -81,11 +174,7 @@ def child(req, fds):
     os.dup2(high[0], 2)
     for fd, target in zip(high[1:], req["fds"]):
         os.dup2(fd, target)  # inheritable: a copy onto another number drops close-on-exec
-    for which, soft, hard in req["rlimits"]:  # last: a low RLIMIT_NOFILE would stop the dup
-        cur = resource.getrlimit(which)[1]
-        if cur != resource.RLIM_INFINITY:
-            soft, hard = min(soft, cur), min(hard, cur)
-        resource.setrlimit(which, (soft, hard))
+    limit(req["rlimits"])  # (the server's own, unless the request differs)
     try:
         os.chdir(req["cwd"])
         os.execvpe(req["argv"][0], req["argv"], req["env"])
@@ -107,18 +196,24 @@ while True:
             os._exit(0)
         data += chunk
     req = json.loads(data)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            s.close()
-            child(req, fds)
-        finally:
-            os._exit(127)
+    for fd in fds:
+        os.set_inheritable(fd, False)  # (received as inheritable) only the copies made for it
+    pid = spawn(req, fds)
+    if pid is None:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                s.close()
+                child(req, fds)
+            finally:
+                os._exit(127)
     for fd in fds:
         os.close(fd)
     s.sendall(struct.pack(">q", pid))
     _, status = os.waitpid(pid, 0)
     s.sendall(struct.pack(">q", os.waitstatus_to_exitcode(status)))
+    if cpu_cap and sum(os.times()[:2]) * 2 > cpu_cap:
+        break
 """
 
 
@@ -167,6 +262,7 @@ class Slot:
     key: tuple
     cgroup: CommandCgroup
     setup: Callable[[], None]  # joins the cgroups, dies with this thread (preexec)
+    rlimits: tuple[tuple[int, int, int], ...] = ()  # its commands', held by the server itself
     server: subprocess.Popen | None = None
     sock: socket.socket | None = None
     ready: threading.Event = field(default_factory=threading.Event)
@@ -183,7 +279,12 @@ class Slot:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.server = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", SERVER, MARK, str(theirs.fileno())],
+                [
+                    sys.executable,
+                    *("-I", "-S", "-c", SERVER, MARK),
+                    str(theirs.fileno()),
+                    json.dumps(self.rlimits),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -212,9 +313,15 @@ class Slot:
         fds: Sequence[int],
         rlimits: Sequence[tuple[int, int, int]],
         netns: Sequence[int] | None = None,
+        *,
+        numbers: Sequence[int] | None = None,
+        dies_with_server: bool = False,
     ) -> Remote:
-        """The command, forked by the server. `fds` keep their numbers in it. `netns`: the run's
-        namespaces (relay.RunNet.fds), entered before it execs (it exits with 125 if it cannot)."""
+        """The command, started by the server. `fds` get `numbers` in it (default: their own).
+        `netns`: the run's namespaces (relay.RunNet.fds), entered before it execs (it exits with
+        125 if it cannot). `dies_with_server`: the command ends itself when its parent does
+        (bubblewrap's --die-with-parent), so the server may start it with posix_spawn, without a
+        copy of itself, when it needs nothing else done before exec (SERVER's spawn())."""
         if not self.ready.wait(30) or not self.alive():
             raise ServerGone("the fork server is not running")
         assert self.sock is not None
@@ -223,15 +330,19 @@ class Slot:
                 "argv": list(argv),
                 "env": env,
                 "cwd": cwd,
-                "fds": list(fds),
+                "fds": list(fds if numbers is None else numbers),
                 "rlimits": rlimits,
                 "netns": len(netns or ()),
+                "dies_with_server": dies_with_server,
             }
         ).encode()
         passed = [out, *fds, *(netns or ())]
         try:
-            socket.send_fds(self.sock, [len(payload).to_bytes(8, "big")], passed)
-            self.sock.sendall(payload)
+            # One message (the server reads the head, then the rest), one wake-up of the server.
+            message = len(payload).to_bytes(8, "big") + payload
+            sent = socket.send_fds(self.sock, [message], passed)
+            if sent < len(message):  # (cut short by a signal)
+                self.sock.sendall(message[sent:])
             pid = b""
             while len(pid) < 8:
                 chunk = self.sock.recv(8 - len(pid))
@@ -296,10 +407,11 @@ class Pool:
         limits: Limits,
         support: CgroupSupport,
         setup: Callable[[tuple[str, ...]], Callable[[], None]],
+        rlimits: Sequence[tuple[int, int, int]] = (),
     ) -> Slot:
-        """A slot for a command with these limits: an idle one, or a new one (made here: the
-        first command of each concurrent slot pays the move once)."""
-        key = (limits,)
+        """A slot for a command with these limits and rlimits: an idle one, or a new one (made
+        here: the first command of each concurrent slot pays the move once)."""
+        key = (limits, tuple(rlimits))
         with self._lock:
             idle = self._idle.get(key)
             slot = idle.pop() if idle else None
@@ -308,7 +420,7 @@ class Pool:
             cleanup_stale_cgroups()
         if slot is None:
             cgroup = CommandCgroup(limits, support, extra_pids=1)
-            slot = Slot(key, cgroup, setup(tuple(cgroup.join_paths)))
+            slot = Slot(key, cgroup, setup(tuple(cgroup.join_paths)), tuple(rlimits))
         if not slot.alive():
             self._on_starter(slot.warm)
         slot.cgroup.mark()
@@ -355,11 +467,26 @@ def start(
     fds: Sequence[int],
     rlimits: Sequence[tuple[int, int, int]],
     netns: Sequence[int] | None = None,
+    *,
+    numbers: Sequence[int] | None = None,
+    dies_with_server: bool = False,
 ) -> Remote:
-    """Run the command through the slot's fork server; a server that died meanwhile is
-    started again once."""
+    """Run the command through the slot's fork server (Slot.start); a server that died meanwhile
+    is started again once."""
+    call = functools.partial(
+        slot.start,
+        argv,
+        env,
+        cwd,
+        out,
+        fds,
+        rlimits,
+        netns,
+        numbers=numbers,
+        dies_with_server=dies_with_server,
+    )
     try:
-        return slot.start(argv, env, cwd, out, fds, rlimits, netns)
+        return call()
     except ServerGone:
         POOL._on_starter(slot.warm)
-        return slot.start(argv, env, cwd, out, fds, rlimits, netns)
+        return call()
