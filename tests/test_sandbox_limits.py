@@ -511,12 +511,25 @@ def test_a_command_holds_no_descriptor_but_its_own(
     held = os.open("/dev/null", os.O_RDONLY)  # inheritable in the worker: still not passed on
     os.set_inheritable(held, True)
     try:
-        result = run_command(
-            'ls /proc/$$/fd | tr "\\n" " "; echo; id -un', workspace=ws, isolation=isolation
-        )
-        again = run_command('ls /proc/$$/fd | tr "\\n" " "', workspace=ws, isolation=isolation)
+        # (No pipe: the shell holds a pipeline's ends for a moment while it starts its parts.)
+        result = run_command("ls /proc/$$/fd; id -un", workspace=ws, isolation=isolation)
+        again = run_command("ls /proc/$$/fd", workspace=ws, isolation=isolation)
     finally:
         os.close(held)
     assert result.exit_code == 0, result.output
-    assert result.output.split("\n")[:2] == ["0 1 2 ", "agent" if isolation == "bwrap" else user]
-    assert again.output == "0 1 2 "  # (a second command, from the same slot's server)
+    assert result.output.split() == ["0", "1", "2", "agent" if isolation == "bwrap" else user]
+    assert again.output.split() == ["0", "1", "2"]  # (a second command, from the same server)
+
+
+@needs_cgroup
+def test_a_fork_server_keeps_nothing_of_a_workspace_open(ws: Workspace, isolation: str) -> None:
+    """Between commands the slot's server holds no folder of theirs: a server left in a
+    workspace pinned it after it was deleted, so a change feed's watch on it never heard of the
+    deletion and took a new workspace at the same path for the old one (checkpoints saw no
+    change)."""
+    spawner.POOL.drain()
+    assert run_command("true", workspace=ws, isolation=isolation).exit_code == 0
+    servers = [slot.spare for idle in spawner.POOL._idle.values() for slot in idle]
+    assert servers and None not in servers
+    for pid in servers:
+        assert os.readlink(f"/proc/{pid}/cwd") == "/"

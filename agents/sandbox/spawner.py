@@ -146,6 +146,9 @@ def spawn(req, fds):
         set_adj(b"-1000")
         if entered and libc.setns(home_net, NEWNET) != 0:
             os._exit(1)  # never serve another run from this one's network
+        # Out of the workspace again: a server kept there would pin a deleted workspace, and a
+        # watch on it would never hear that it was deleted (a new one at its path not seen).
+        os.chdir("/")
         for fd in high:
             os.close(fd)
 def child(req, fds):
@@ -292,6 +295,7 @@ class Slot:
                 preexec_fn=self.setup,
                 pass_fds=(theirs.fileno(),),
                 env={},
+                cwd="/",  # it holds no folder of anyone's
             )
             self.sock = ours
         except BaseException:
