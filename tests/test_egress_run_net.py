@@ -148,6 +148,10 @@ def test_every_command_of_a_run_is_in_its_network_and_no_relay_is_started(
             assert "sh" in lines[2].split(), out  # (control: the command's own processes)
             assert "No such file or directory" in out, out  # no socket bound in either
         assert seen == [f"net:[{proxy.net.inode}]"] * 3
+        # Started into the run's network, a command still holds only its own three descriptors
+        # (none of the namespaces' nor the fork server's).
+        _, out = sh("ls /proc/$$/fd", ws, proxy)
+        assert out.split() == ["0", "1", "2"]
         assert [r[2] for r in policy.records] == ["deny"] * 3
 
         # Another run's proxy has a namespace of its own: the two never meet.

@@ -289,6 +289,9 @@ def test_build_view_never_binds_the_host_root(host: Host) -> None:
     assert str(host.ws.path) in binds
     assert not {str(host.data), "/etc", "/root", "/home", "/var"} & binds
     assert ("--bind", str(host.ws.path), str(host.ws.path)) in pairs
+    # Every view ends with its parent: the fork server starts bwrap with posix_spawn, no
+    # PR_SET_PDEATHSIG of its own, relying on this (bash.run_command, dies_with_server).
+    assert "--die-with-parent" in argv
     # With the copy of /etc's allowed entries (what commands get), /etc is that copy, never
     # the host's /etc.
     folder = view.etc_copy()

@@ -64,10 +64,13 @@ def adj(v):
         pass
 # The OOM killer takes the command that went over, never the server. Kept open (close-on-exec)
 # to put the command's own value in place around a spawn, where it can be set back after.
+adj_fd = None
 try:
     adj_fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
     os.write(adj_fd, b"-1000")
 except OSError:  # not allowed here (no CAP_SYS_RESOURCE): commands inherit our value as it is
+    if adj_fd is not None:
+        os.close(adj_fd)
     adj_fd = None
 def set_adj(v):
     if adj_fd is not None:
@@ -97,7 +100,7 @@ try:
     home_net = os.open("/proc/self/ns/net", os.O_RDONLY)
 except OSError:
     home_net = None
-NEWNET = 0x40000000
+NEWNET, NEWUSER = 0x40000000, 0x10000000  # CLONE_NEWNET, CLONE_NEWUSER
 # The command started straight from here with posix_spawn (no copy of this process) where it
 # needs nothing done before exec but what posix_spawn does: a bubblewrap command (it dies with
 # this server itself: --die-with-parent) with the rlimits the server holds already. A run's
@@ -157,7 +160,7 @@ def child(req, fds):
     ns = req.get("netns", 0)
     if ns:  # the last descriptors: the run's namespaces (relay.RunNet.fds), never the worker's
         ours, fds = fds[-ns:], fds[:-ns]
-        kinds = [NEWNET] if ns == 1 else [0x10000000, NEWNET]  # (user,) net
+        kinds = [NEWNET] if ns == 1 else [NEWUSER, NEWNET]
         for fd, kind in zip(ours, kinds):
             if libc.setns(fd, kind) != 0:
                 os.write(fds[0], b"shiftlog: cannot enter the run's network namespace\n")
